@@ -1,0 +1,1 @@
+//! The stoker control plane: event store, aggregates, projections, transport and storage.

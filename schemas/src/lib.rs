@@ -1,0 +1,1 @@
+//! Contract types shared across stoker processes (requests, replies, events, batch lines).
