@@ -4,3 +4,5 @@
 //! the scheduler, sampling and the engine loop. It knows nothing of HTTP, SQL,
 //! Kafka or object storage: callers hand it validated requests through
 //! [`engine::Engine::submit`] and read events from the returned handle.
+
+pub mod ids;
