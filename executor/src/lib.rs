@@ -5,4 +5,16 @@
 //! Kafka or object storage: callers hand it validated requests through
 //! [`engine::Engine::submit`] and read events from the returned handle.
 
+pub mod engine;
+pub mod error;
 pub mod ids;
+pub mod model;
+pub mod request;
+pub mod sampling;
+pub mod stop;
+
+pub use engine::{Engine, EngineConfig, EngineEvent, FinishReason, RequestHandle};
+pub use error::{EngineError, ModelError, ValidationError};
+pub use ids::{BLOCK_SIZE, BlockId, Lane, SeqId, TenantId};
+pub use model::{LoadOptions, Model};
+pub use request::{RequestLimits, SamplingParams, ValidRequest};

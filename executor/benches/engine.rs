@@ -1,0 +1,263 @@
+//! Engine benchmark: throughput and latency at several concurrencies, prefix
+//! caching on against off, and the decode step against its memory and compute
+//! floors. Everything is measured side by side in one run and printed as
+//! ratios, because the machine is shared and noisy.
+//!
+//! Run: `cargo bench -p stoker-executor --bench engine`
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use stoker_executor::chat_template::ChatMessage;
+use stoker_executor::{
+    Engine, EngineConfig, EngineEvent, Lane, LoadOptions, Model, SamplingParams, TenantId, ValidRequest,
+};
+
+const PROMPT_TOKENS: usize = 128;
+const OUTPUT_TOKENS: usize = 128;
+
+fn model_path() -> PathBuf {
+    std::env::var("STOKER_MODEL").map(PathBuf::from).unwrap_or_else(|_| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf")
+    })
+}
+
+struct RequestTrace {
+    ttft: Duration,
+    itl: Vec<Duration>,
+    tokens: usize,
+}
+
+fn percentile(v: &mut [f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let idx = ((p / 100.0) * (v.len() - 1) as f64).round() as usize;
+    v[idx]
+}
+
+/// A prompt of exactly `n` tokens, distinct per `i`.
+fn exact_prompt(engine: &Engine, i: usize, n: usize) -> Vec<u32> {
+    let text = format!(
+        "Request {i}. The history of computing is a story of abstraction layered upon abstraction, \
+         from relays and vacuum tubes to transistors, integrated circuits, operating systems, compilers, \
+         networks and the web, each layer hiding the one below it and enabling the next generation of \
+         programmers to build ever larger systems with less effort than before. "
+    );
+    let mut ids = engine.tokenizer().encode(&text.repeat(4)).unwrap();
+    assert!(ids.len() >= n);
+    ids.truncate(n);
+    ids
+}
+
+fn run(engine: &Engine, prompts: Vec<Vec<u32>>, max_tokens: usize) -> (Duration, Vec<RequestTrace>) {
+    let start = Instant::now();
+    let mut threads = Vec::new();
+    for p in prompts {
+        let mut params = SamplingParams::greedy(max_tokens);
+        params.stop_at_eos = false;
+        let req =
+            ValidRequest::new(p, params, Lane::Interactive, TenantId::default(), &engine.model_limits()).unwrap();
+        let submitted = Instant::now();
+        let mut h = engine.submit(req).unwrap();
+        threads.push(std::thread::spawn(move || {
+            let mut last = submitted;
+            let mut ttft = None;
+            let mut itl = Vec::new();
+            let mut tokens = 0;
+            while let Some(ev) = h.next_blocking() {
+                match ev {
+                    EngineEvent::Delta { token_ids, .. } => {
+                        let now = Instant::now();
+                        if ttft.is_none() {
+                            ttft = Some(now - submitted);
+                        } else {
+                            itl.push(now - last);
+                        }
+                        last = now;
+                        tokens += token_ids.len();
+                    }
+                    EngineEvent::Finished { .. } => break,
+                    EngineEvent::Error(e) => panic!("{e}"),
+                }
+            }
+            RequestTrace {
+                ttft: ttft.unwrap_or_default(),
+                itl,
+                tokens,
+            }
+        }));
+    }
+    let traces: Vec<RequestTrace> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    (start.elapsed(), traces)
+}
+
+/// Sustained read bandwidth over a buffer far larger than the caches, using
+/// every core (as the decode step does).
+fn memory_bandwidth_gbs() -> f64 {
+    let n = 256 << 20; // 1 GiB of f32
+    let buf: Vec<f32> = (0..n).map(|i| (i & 7) as f32).collect();
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let mut best = 0f64;
+    for _ in 0..3 {
+        let t = Instant::now();
+        let sum: f32 = std::thread::scope(|s| {
+            buf.chunks(n.div_ceil(threads))
+                .map(|c| {
+                    s.spawn(move || {
+                        let mut acc = [0f32; 16];
+                        for ch in c.chunks_exact(16) {
+                            for j in 0..16 {
+                                acc[j] += ch[j];
+                            }
+                        }
+                        acc.iter().sum::<f32>()
+                    })
+                })
+                .collect::<Vec<_>>()
+                .into_iter()
+                .map(|h| h.join().unwrap())
+                .sum()
+        });
+        std::hint::black_box(sum);
+        best = best.max((n * 4) as f64 / t.elapsed().as_secs_f64() / 1e9);
+    }
+    best
+}
+
+/// Peak f32 FMA throughput of all cores on register-resident data: the
+/// compute roof the batched step is compared against.
+fn peak_gflops() -> f64 {
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let iters = 20_000_000u64;
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(move || {
+                let mut acc = [[1f32; 8]; 8];
+                let m = std::hint::black_box([0.999_999f32; 8]);
+                let a = std::hint::black_box([1e-7f32; 8]);
+                for _ in 0..iters / 8 {
+                    for r in acc.iter_mut() {
+                        for j in 0..8 {
+                            r[j] = r[j].mul_add(m[j], a[j]);
+                        }
+                    }
+                }
+                std::hint::black_box(acc);
+            });
+        }
+    });
+    // Each inner iteration is 64 FMAs = 128 flops.
+    (threads as f64 * (iters / 8) as f64 * 128.0) / t.elapsed().as_secs_f64() / 1e9
+}
+
+fn main() {
+    let model = Model::load(&model_path(), LoadOptions::default()).expect("run scripts/fetch-model.sh first");
+    let weight_bytes = model.weights.byte_size();
+    let cfg = model.config.clone();
+    // Multiply-adds per token in the matmuls (every layer plus the head).
+    let h = cfg.hidden;
+    let per_layer = h * cfg.qkv_width() + h * h + 3 * h * cfg.ffn;
+    let flops_per_token = 2.0 * (cfg.n_layers * per_layer + cfg.vocab_size * h) as f64;
+    let engine = Engine::start(
+        model,
+        EngineConfig {
+            max_num_seqs: 64,
+            max_batched_tokens: 512,
+            ..EngineConfig::default()
+        },
+    )
+    .unwrap();
+    engine.warm_up().unwrap();
+
+    println!("## Throughput and latency ({PROMPT_TOKENS}-token prompts, {OUTPUT_TOKENS} output tokens, greedy)\n");
+    println!("| concurrency | output tok/s | ratio to c=1 | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms |");
+    println!("|---|---|---|---|---|---|---|");
+    let mut base = None;
+    let mut itl_c1 = 0.0;
+    let mut itl_c32 = 0.0;
+    for c in [1usize, 4, 16, 32] {
+        let prompts = (0..c).map(|i| exact_prompt(&engine, i + 100 * c, PROMPT_TOKENS)).collect();
+        let (wall, traces) = run(&engine, prompts, OUTPUT_TOKENS);
+        let tokens: usize = traces.iter().map(|t| t.tokens).sum();
+        let tps = tokens as f64 / wall.as_secs_f64();
+        let b = *base.get_or_insert(tps);
+        let mut ttft: Vec<f64> = traces.iter().map(|t| t.ttft.as_secs_f64() * 1e3).collect();
+        let mut itl: Vec<f64> = traces.iter().flat_map(|t| t.itl.iter().map(|d| d.as_secs_f64() * 1e3)).collect();
+        let itl50 = percentile(&mut itl, 50.0);
+        if c == 1 {
+            itl_c1 = itl50;
+        }
+        if c == 32 {
+            itl_c32 = itl50;
+        }
+        println!(
+            "| {c} | {tps:.1} | {:.2}x | {:.1} | {:.1} | {itl50:.2} | {:.2} |",
+            tps / b,
+            percentile(&mut ttft, 50.0),
+            percentile(&mut ttft, 99.0),
+            percentile(&mut itl, 99.0),
+        );
+    }
+    drop(engine);
+
+    println!("\n## Prefix caching: 16 requests sharing a 512-token system prompt (sequential arrival, 8 output tokens)\n");
+    let system: String = "You are a meticulous assistant for a logistics company. ".repeat(60);
+    let mut ttft_by_mode = Vec::new();
+    for caching in [true, false] {
+        let model = Model::load(&model_path(), LoadOptions::default()).unwrap();
+        let engine = Engine::start(
+            model,
+            EngineConfig {
+                enable_prefix_caching: caching,
+                ..EngineConfig::default()
+            },
+        )
+        .unwrap();
+        engine.warm_up().unwrap();
+        let mut ttfts = Vec::new();
+        let mut prompt_len = 0;
+        for i in 0..16 {
+            let messages = [
+                ChatMessage {
+                    role: "system".into(),
+                    content: system.clone(),
+                },
+                ChatMessage {
+                    role: "user".into(),
+                    content: format!("Where is parcel number {i}?"),
+                },
+            ];
+            let text = engine.chat_template().render(&messages, true).unwrap();
+            let ids = engine.tokenizer().encode(&text).unwrap();
+            prompt_len = ids.len();
+            let (_, traces) = run(&engine, vec![ids], 8);
+            ttfts.push(traces[0].ttft.as_secs_f64() * 1e3);
+        }
+        let p50 = percentile(&mut ttfts, 50.0);
+        let s = engine.stats();
+        println!(
+            "- prefix caching {}: prompt {prompt_len} tokens, TTFT p50 {p50:.1} ms, prefix-cache hits {}/{} tokens",
+            if caching { "on" } else { "off" },
+            s.prefix_cache_hits,
+            s.prefix_cache_queries
+        );
+        ttft_by_mode.push(p50);
+    }
+    println!("- TTFT p50 off/on: {:.1}x", ttft_by_mode[1] / ttft_by_mode[0]);
+
+    println!("\n## Decode step against its floors\n");
+    let bw = memory_bandwidth_gbs();
+    let peak = peak_gflops();
+    let floor_ms = weight_bytes as f64 / (bw * 1e9) * 1e3;
+    println!("- weights read per step: {:.1} MB; measured read bandwidth {bw:.1} GB/s", weight_bytes as f64 / 1e6);
+    println!("- decode step at c=1 (ITL p50): {itl_c1:.2} ms; memory floor {floor_ms:.2} ms; ratio {:.2}x", itl_c1 / floor_ms);
+    let compute_ms = flops_per_token * 32.0 / (peak * 1e9) * 1e3;
+    println!(
+        "- batched step at c=32 (ITL p50): {itl_c32:.2} ms; compute floor {compute_ms:.2} ms at {peak:.0} GFLOP/s f32 FMA peak ({:.2} GFLOP per token); ratio {:.2}x",
+        flops_per_token / 1e9,
+        itl_c32 / compute_ms
+    );
+}

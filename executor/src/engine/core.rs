@@ -1,0 +1,455 @@
+//! The engine loop: drain commands, schedule a step, run the forward pass,
+//! sample, stream, finish. Runs on the engine thread and owns all its state.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc as tmpsc;
+
+use super::events::{EngineEvent, FinishReason, Timings, Usage};
+use super::stats::EngineStats;
+use super::{Command, EngineConfig, ModelInfo};
+use crate::detokenize::IncrementalDetokenizer;
+use crate::error::{EngineError, ModelError};
+use crate::ids::{Lane, SeqId};
+use crate::model::{ForwardChunk, KvStorage, Model, Workspace};
+use crate::request::SamplingParams;
+use crate::sampling::{SeqRng, sample};
+use crate::scheduler::{Scheduler, SchedulerConfig, SchedulerError, SeqSpec};
+use crate::stop::{StopMatcher, StopOutcome};
+
+/// Per-sequence state that is not the scheduler's business.
+struct SeqState {
+    events: tmpsc::UnboundedSender<EngineEvent>,
+    params: SamplingParams,
+    lane: Lane,
+    rng: SeqRng,
+    detok: IncrementalDetokenizer,
+    stop: StopMatcher,
+    stop_ids: Vec<u32>,
+    prompt_len: usize,
+    generated: usize,
+    pending_ids: Vec<u32>,
+    submitted_at: Instant,
+    first_scheduled_at: Option<Instant>,
+    first_token_at: Option<Instant>,
+    preemptions: u32,
+    cached_prompt_tokens: usize,
+}
+
+pub(super) struct EngineCore {
+    model: Model,
+    kv: KvStorage,
+    sched: Scheduler,
+    ws: Workspace,
+    seqs: HashMap<SeqId, SeqState>,
+    stats: EngineStats,
+    sample_scratch: Vec<(f32, u32)>,
+}
+
+const EWMA: f64 = 0.1;
+
+impl EngineCore {
+    pub(super) fn new(model: Model, config: &EngineConfig) -> Result<Self, ModelError> {
+        let num_blocks =
+            KvStorage::blocks_for_budget(&model.config, config.kv_cache_bytes, config.kv_headroom);
+        let needed = model.config.context_length.min(4096).div_ceil(crate::ids::BLOCK_SIZE);
+        if num_blocks < needed.min(64) {
+            return Err(ModelError::KvBudgetTooSmall {
+                budget: config.kv_cache_bytes,
+                blocks: num_blocks,
+                needed: needed.min(64),
+            });
+        }
+        let salt = revision_salt(&model.identity.sha256);
+        let sched = Scheduler::new(SchedulerConfig {
+            num_blocks,
+            max_num_seqs: config.max_num_seqs,
+            max_batched_tokens: config.max_batched_tokens,
+            max_waiting_requests: config.max_waiting_requests,
+            max_waiting_tokens: config.max_waiting_tokens,
+            interactive_reserve_share: config.interactive_reserve_share,
+            enable_prefix_caching: config.enable_prefix_caching,
+            revision_salt: salt,
+        })
+        .map_err(|e| ModelError::Config(e.to_string()))?;
+        let kv = KvStorage::new(&model.config, num_blocks);
+        let mut core = EngineCore {
+            model,
+            kv,
+            sched,
+            ws: Workspace::default(),
+            seqs: HashMap::new(),
+            stats: EngineStats::default(),
+            sample_scratch: Vec::new(),
+        };
+        core.refresh_gauges();
+        Ok(core)
+    }
+
+    pub(super) fn info(&self) -> ModelInfo {
+        ModelInfo {
+            identity: self.model.identity.clone(),
+            context_window: self.model.config.context_length,
+            vocab_size: self.model.config.vocab_size,
+            num_kv_blocks: self.kv.num_blocks(),
+        }
+    }
+
+    pub(super) fn stats(&self) -> EngineStats {
+        self.stats.clone()
+    }
+
+    pub(super) fn run(&mut self, rx: mpsc::Receiver<Command>, shared: &Mutex<EngineStats>) {
+        loop {
+            // Block while idle; otherwise take whatever has arrived.
+            if self.seqs.is_empty() {
+                match rx.recv() {
+                    Ok(cmd) => {
+                        if !self.handle(cmd) {
+                            break;
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+            let mut shutdown = false;
+            loop {
+                match rx.try_recv() {
+                    Ok(cmd) => {
+                        if !self.handle(cmd) {
+                            shutdown = true;
+                            break;
+                        }
+                    }
+                    Err(mpsc::TryRecvError::Empty) => break,
+                    Err(mpsc::TryRecvError::Disconnected) => {
+                        shutdown = true;
+                        break;
+                    }
+                }
+            }
+            if shutdown {
+                break;
+            }
+            let progressed = if self.seqs.is_empty() { false } else { self.step() };
+            *shared.lock().unwrap() = self.stats.clone();
+            if !progressed && !self.seqs.is_empty() {
+                // Nothing could run (should be rare): wait for a command
+                // rather than spin.
+                if let Ok(cmd) = rx.recv_timeout(Duration::from_millis(5)) {
+                    if !self.handle(cmd) {
+                        break;
+                    }
+                }
+            }
+        }
+        let ids: Vec<SeqId> = self.seqs.keys().copied().collect();
+        for id in ids {
+            self.fail(id, EngineError::ShuttingDown);
+        }
+        *shared.lock().unwrap() = self.stats.clone();
+    }
+
+    /// Returns false on shutdown.
+    fn handle(&mut self, cmd: Command) -> bool {
+        match cmd {
+            Command::Submit {
+                seq,
+                request,
+                events,
+                submitted_at,
+            } => self.admit(seq, request, events, submitted_at),
+            Command::Cancel(seq) => self.finish(seq, FinishReason::Cancelled),
+            Command::Preempt(seq) => {
+                if self.sched.preempt(seq).is_ok() {
+                    self.note_preempted(seq);
+                }
+            }
+            Command::Shutdown => return false,
+        }
+        true
+    }
+
+    fn admit(
+        &mut self,
+        seq: SeqId,
+        request: crate::request::ValidRequest,
+        events: tmpsc::UnboundedSender<EngineEvent>,
+        submitted_at: Instant,
+    ) {
+        let params = request.params().clone();
+        let spec = SeqSpec {
+            id: seq,
+            lane: request.lane(),
+            tenant: request.tenant().clone(),
+            prompt: request.prompt().to_vec(),
+            max_new_tokens: params.max_tokens,
+        };
+        if let Err(e) = self.sched.add(spec) {
+            let err = match e {
+                SchedulerError::CannotFit { .. } => EngineError::CannotFit,
+                SchedulerError::QueueFull { .. } | SchedulerError::TooManyWaitingTokens { .. } => {
+                    EngineError::QueueFull {
+                        lane: request.lane(),
+                    }
+                }
+                other => EngineError::Internal(other.to_string()),
+            };
+            let _ = events.send(EngineEvent::Error(err));
+            return;
+        }
+        let mut stop_ids = params.stop_token_ids.clone();
+        if params.stop_at_eos {
+            stop_ids.extend(self.model.tokenizer.stop_token_ids());
+        }
+        let seed = params.seed.unwrap_or_else(|| {
+            // Unseeded requests still get an independent stream.
+            let t = submitted_at.elapsed().as_nanos() as u64;
+            seq.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ t ^ std::process::id() as u64
+        });
+        self.stats.prompt_tokens_total += request.prompt().len() as u64;
+        self.seqs.insert(
+            seq,
+            SeqState {
+                events,
+                rng: SeqRng::new(seed),
+                detok: IncrementalDetokenizer::new(true),
+                stop: StopMatcher::new(params.stop.clone()),
+                stop_ids,
+                lane: request.lane(),
+                prompt_len: request.prompt().len(),
+                generated: 0,
+                pending_ids: Vec::new(),
+                submitted_at,
+                first_scheduled_at: None,
+                first_token_at: None,
+                preemptions: 0,
+                cached_prompt_tokens: 0,
+                params,
+            },
+        );
+    }
+
+    fn note_preempted(&mut self, seq: SeqId) {
+        if let Some(s) = self.seqs.get_mut(&seq) {
+            s.preemptions += 1;
+            self.stats.lane_mut(s.lane).preemptions_total += 1;
+        }
+    }
+
+    /// One continuous-batching step. Returns whether any work was done.
+    fn step(&mut self) -> bool {
+        let started = Instant::now();
+        let plan = self.sched.schedule();
+        for &seq in &plan.preempted {
+            self.note_preempted(seq);
+        }
+        for (seq, reason) in &plan.aborted {
+            self.fail(*seq, EngineError::Internal(format!("aborted by the scheduler: {reason}")));
+        }
+        if plan.chunks.is_empty() {
+            self.refresh_gauges();
+            return !plan.aborted.is_empty();
+        }
+        let now = Instant::now();
+        let mut prefill_tokens = 0usize;
+        let mut decode_tokens = 0usize;
+        for c in &plan.chunks {
+            if let Some(s) = self.seqs.get_mut(&c.seq) {
+                if s.first_scheduled_at.is_none() {
+                    s.first_scheduled_at = Some(now);
+                    s.cached_prompt_tokens = c.start;
+                }
+                if c.start + c.len <= s.prompt_len || s.first_token_at.is_none() {
+                    prefill_tokens += c.len;
+                } else {
+                    decode_tokens += c.len;
+                }
+            }
+        }
+        let chunks: Vec<ForwardChunk<'_>> = plan
+            .chunks
+            .iter()
+            .map(|c| ForwardChunk {
+                tokens: &self.sched.tokens(c.seq)[c.start..c.start + c.len],
+                start_pos: c.start,
+                block_table: self.sched.block_table(c.seq),
+                logits: c.sample,
+            })
+            .collect();
+        let result = self.model.forward(&chunks, &mut self.kv, &mut self.ws);
+        drop(chunks);
+        let logits = match result {
+            Ok(l) => l,
+            Err(e) => {
+                // A forward error is a bug or corrupt state: fail the step's
+                // sequences loudly rather than stream garbage.
+                tracing::error!(error = %e, "forward pass failed");
+                let ids: Vec<SeqId> = plan.chunks.iter().map(|c| c.seq).collect();
+                for id in ids {
+                    self.fail(id, EngineError::Internal(e.to_string()));
+                }
+                self.refresh_gauges();
+                return true;
+            }
+        };
+        self.sched.complete_step(&plan);
+        let sampled: Vec<SeqId> = plan.chunks.iter().filter(|c| c.sample).map(|c| c.seq).collect();
+        for (seq, row) in sampled.into_iter().zip(logits) {
+            self.on_logits(seq, &row);
+        }
+        self.stats.steps_total += 1;
+        let dt = started.elapsed();
+        let secs = dt.as_secs_f64().max(1e-9);
+        let ewma = |old: f64, new: f64| if old == 0.0 { new } else { old * (1.0 - EWMA) + new * EWMA };
+        self.stats.step_time_ewma =
+            Duration::from_secs_f64(ewma(self.stats.step_time_ewma.as_secs_f64(), secs));
+        self.stats.tokens_per_second_ewma =
+            ewma(self.stats.tokens_per_second_ewma, (prefill_tokens + decode_tokens) as f64 / secs);
+        if prefill_tokens > 0 {
+            self.stats.prefill_tokens_per_second_ewma =
+                ewma(self.stats.prefill_tokens_per_second_ewma, prefill_tokens as f64 / secs);
+        }
+        if decode_tokens > 0 {
+            self.stats.decode_tokens_per_second_ewma =
+                ewma(self.stats.decode_tokens_per_second_ewma, decode_tokens as f64 / secs);
+        }
+        self.refresh_gauges();
+        true
+    }
+
+    fn on_logits(&mut self, seq: SeqId, logits: &[f32]) {
+        let Some(s) = self.seqs.get_mut(&seq) else {
+            return;
+        };
+        let tok = sample(logits, &s.params, &mut s.rng, &mut self.sample_scratch);
+        s.generated += 1;
+        self.stats.generation_tokens_total += 1;
+        if s.first_token_at.is_none() {
+            s.first_token_at = Some(Instant::now());
+        }
+        if s.stop_ids.contains(&tok) {
+            let tail = s.detok.flush(&self.model.tokenizer).unwrap_or_default();
+            let mut text = match s.stop.push(&tail) {
+                StopOutcome::Continue(t) | StopOutcome::Stopped(t) => t,
+            };
+            text.push_str(&s.stop.flush());
+            let ids = std::mem::take(&mut s.pending_ids);
+            if !text.is_empty() || !ids.is_empty() {
+                let _ = s.events.send(EngineEvent::Delta { text, token_ids: ids });
+            }
+            self.finish(seq, FinishReason::Stop);
+            return;
+        }
+        s.pending_ids.push(tok);
+        let mut stopped = false;
+        let mut out = String::new();
+        match s.detok.push(&self.model.tokenizer, tok) {
+            Ok(Some(delta)) => match s.stop.push(&delta) {
+                StopOutcome::Continue(t) => out = t,
+                StopOutcome::Stopped(t) => {
+                    out = t;
+                    stopped = true;
+                }
+            },
+            Ok(None) => {}
+            Err(e) => {
+                self.fail(seq, EngineError::Internal(format!("detokenize: {e}")));
+                return;
+            }
+        }
+        let at_length = s.generated >= s.params.max_tokens;
+        if at_length && !stopped {
+            let tail = s.detok.flush(&self.model.tokenizer).unwrap_or_default();
+            match s.stop.push(&tail) {
+                StopOutcome::Continue(t) => {
+                    out.push_str(&t);
+                    out.push_str(&s.stop.flush());
+                }
+                StopOutcome::Stopped(t) => {
+                    out.push_str(&t);
+                    stopped = true;
+                }
+            }
+        }
+        if !out.is_empty() || stopped || at_length {
+            let ids = std::mem::take(&mut s.pending_ids);
+            if !out.is_empty() || !ids.is_empty() {
+                let _ = s.events.send(EngineEvent::Delta { text: out, token_ids: ids });
+            }
+        }
+        if stopped {
+            self.finish(seq, FinishReason::Stop);
+        } else if at_length {
+            self.finish(seq, FinishReason::Length);
+        } else if self.sched.append_token(seq, tok).is_err() {
+            self.fail(seq, EngineError::Internal("sequence vanished from the scheduler".into()));
+        } else if s.events.is_closed() {
+            self.finish(seq, FinishReason::Cancelled);
+        }
+    }
+
+    fn finish(&mut self, seq: SeqId, reason: FinishReason) {
+        let Some(s) = self.seqs.remove(&seq) else {
+            return;
+        };
+        let _ = self.sched.finish(seq);
+        let now = Instant::now();
+        let first_sched = s.first_scheduled_at.unwrap_or(now);
+        let first_tok = s.first_token_at.unwrap_or(now);
+        let timings = Timings {
+            queue: first_sched - s.submitted_at,
+            prefill: first_tok.saturating_duration_since(first_sched),
+            ttft: first_tok - s.submitted_at,
+            decode: now.saturating_duration_since(first_tok),
+            total: now - s.submitted_at,
+            preemptions: s.preemptions,
+        };
+        let usage = Usage {
+            prompt_tokens: s.prompt_len,
+            completion_tokens: s.generated,
+            cached_prompt_tokens: s.cached_prompt_tokens,
+        };
+        let _ = s.events.send(EngineEvent::Finished {
+            reason,
+            usage,
+            timings,
+        });
+        self.refresh_gauges();
+    }
+
+    fn fail(&mut self, seq: SeqId, err: EngineError) {
+        if let Some(s) = self.seqs.remove(&seq) {
+            let _ = self.sched.finish(seq);
+            let _ = s.events.send(EngineEvent::Error(err));
+        }
+    }
+
+    fn refresh_gauges(&mut self) {
+        let g = self.sched.gauges();
+        for lane in Lane::ALL {
+            let l = self.stats.lane_mut(lane);
+            l.running = g.running(lane);
+            l.waiting = g.waiting(lane);
+            l.waiting_tokens = g.waiting_tokens(lane);
+        }
+        self.stats.kv_blocks_total = g.blocks_total;
+        self.stats.kv_blocks_used = g.blocks_used;
+        self.stats.kv_blocks_free = g.blocks_total - g.blocks_used;
+        self.stats.prefix_cache_queries = g.prefix_queries;
+        self.stats.prefix_cache_hits = g.prefix_hits;
+    }
+}
+
+/// The prefix-cache hash chain is seeded by the model's identity, so blocks of
+/// one revision can never satisfy a lookup for another.
+fn revision_salt(sha256_hex: &str) -> u64 {
+    let bytes = hex::decode(sha256_hex.get(..16).unwrap_or("0")).unwrap_or_default();
+    let mut b = [0u8; 8];
+    for (i, x) in bytes.iter().take(8).enumerate() {
+        b[i] = *x;
+    }
+    u64::from_le_bytes(b)
+}

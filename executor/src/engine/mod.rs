@@ -1,0 +1,330 @@
+//! The engine: one thread that owns the model, the KV cache and the scheduler,
+//! fed by a closed [`Command`] enum.
+//!
+//! Callers never touch engine state. [`Engine::submit`] sends a validated
+//! request and returns a [`RequestHandle`] whose events arrive on a channel;
+//! dropping the handle sends `Cancel`, and the loop frees the sequence's KV
+//! blocks before its next step. Everything mutable (scheduler, block manager,
+//! KV memory, per-sequence sampling state) lives on the engine thread, so none
+//! of it needs a lock.
+
+mod core;
+pub mod events;
+pub mod stats;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use tokio::sync::mpsc as tmpsc;
+
+use crate::error::{EngineError, ModelError};
+use crate::ids::{Lane, SeqId, TenantId};
+use crate::model::Model;
+use crate::request::{RequestLimits, SamplingParams, ValidRequest};
+
+pub use events::{EngineEvent, FinishReason, Timings, Usage};
+pub use stats::{EngineStats, LaneStats};
+
+/// Knobs of the engine. Defaults suit the small CPU model in CI.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Bytes of memory planned for the KV cache.
+    pub kv_cache_bytes: usize,
+    /// Share of `kv_cache_bytes` never planned (0..1).
+    pub kv_headroom: f32,
+    /// Running sequences at once.
+    pub max_num_seqs: usize,
+    /// Tokens computed per step (decode tokens plus prefill chunks).
+    pub max_batched_tokens: usize,
+    pub max_waiting_requests: usize,
+    pub max_waiting_tokens: usize,
+    /// Share of blocks and sequence slots reserved for the interactive lane.
+    pub interactive_reserve_share: f32,
+    pub enable_prefix_caching: bool,
+    /// Worker threads for the forward pass; 0 means one per core.
+    pub threads: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            kv_cache_bytes: 512 << 20,
+            kv_headroom: 0.1,
+            max_num_seqs: 64,
+            max_batched_tokens: 512,
+            max_waiting_requests: 1024,
+            max_waiting_tokens: 1 << 20,
+            interactive_reserve_share: 0.25,
+            enable_prefix_caching: true,
+            threads: 0,
+        }
+    }
+}
+
+/// Messages into the engine thread. Closed: nothing else can reach its state.
+pub(crate) enum Command {
+    Submit {
+        seq: SeqId,
+        request: ValidRequest,
+        events: tmpsc::UnboundedSender<EngineEvent>,
+        submitted_at: Instant,
+    },
+    Cancel(SeqId),
+    /// Test hook: preempt a running sequence as if memory ran out.
+    Preempt(SeqId),
+    Shutdown,
+}
+
+struct Shared {
+    stats: Mutex<EngineStats>,
+    alive: AtomicBool,
+}
+
+/// Static facts about the loaded model, readable without the engine thread.
+#[derive(Clone, Debug)]
+pub struct ModelInfo {
+    pub identity: crate::model::ModelIdentity,
+    pub context_window: usize,
+    pub vocab_size: usize,
+    pub num_kv_blocks: usize,
+}
+
+pub struct Engine {
+    tx: mpsc::Sender<Command>,
+    shared: Arc<Shared>,
+    next_seq: AtomicU64,
+    thread: Option<JoinHandle<()>>,
+    info: ModelInfo,
+    tokenizer: crate::tokenizer::ModelTokenizer,
+    chat_template: crate::chat_template::ChatTemplate,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").field("info", &self.info).finish()
+    }
+}
+
+impl Engine {
+    /// Starts the engine thread over a loaded model.
+    pub fn start(model: Model, config: EngineConfig) -> Result<Self, ModelError> {
+        let (tx, rx) = mpsc::channel();
+        let shared = Arc::new(Shared {
+            stats: Mutex::new(EngineStats::default()),
+            alive: AtomicBool::new(true),
+        });
+        let tokenizer = model.tokenizer.clone();
+        let chat_template = model.chat_template.clone();
+        let mut core = core::EngineCore::new(model, &config)?;
+        let info = core.info();
+        *shared.stats.lock().unwrap() = core.stats();
+        let threads = if config.threads == 0 {
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+        } else {
+            config.threads
+        };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("stoker-compute-{i}"))
+            .build()
+            .map_err(|e| ModelError::Config(e.to_string()))?;
+        let shared2 = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("stoker-engine".into())
+            .spawn(move || {
+                pool.install(|| core.run(rx, &shared2.stats));
+                shared2.alive.store(false, Ordering::SeqCst);
+            })
+            .map_err(|e| ModelError::Config(e.to_string()))?;
+        Ok(Engine {
+            tx,
+            shared,
+            next_seq: AtomicU64::new(1),
+            thread: Some(thread),
+            info,
+            tokenizer,
+            chat_template,
+        })
+    }
+
+    pub fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    pub fn tokenizer(&self) -> &crate::tokenizer::ModelTokenizer {
+        &self.tokenizer
+    }
+
+    pub fn chat_template(&self) -> &crate::chat_template::ChatTemplate {
+        &self.chat_template
+    }
+
+    /// Limits from the model alone; deployments narrow them.
+    pub fn model_limits(&self) -> RequestLimits {
+        RequestLimits {
+            context_window: self.info.context_window,
+            max_input_tokens: self.info.context_window,
+            max_output_tokens: self.info.context_window,
+            vocab_size: self.info.vocab_size,
+        }
+    }
+
+    pub fn stats(&self) -> EngineStats {
+        self.shared.stats.lock().unwrap().clone()
+    }
+
+    pub fn is_alive(&self) -> bool {
+        self.shared.alive.load(Ordering::SeqCst)
+    }
+
+    /// Hands a validated request to the engine. Refusals that depend on the
+    /// engine's state (queue full, cannot fit) arrive as the first event.
+    pub fn submit(&self, request: ValidRequest) -> Result<RequestHandle, EngineError> {
+        let seq = SeqId(self.next_seq.fetch_add(1, Ordering::Relaxed));
+        let (events_tx, events_rx) = tmpsc::unbounded_channel();
+        self.tx
+            .send(Command::Submit {
+                seq,
+                request,
+                events: events_tx,
+                submitted_at: Instant::now(),
+            })
+            .map_err(|_| EngineError::Stopped("engine thread has exited".into()))?;
+        Ok(RequestHandle {
+            seq,
+            events: events_rx,
+            tx: self.tx.clone(),
+            done: false,
+        })
+    }
+
+    /// Test hook: preempts a running sequence (recompute) as memory pressure would.
+    pub fn preempt_for_test(&self, seq: SeqId) {
+        let _ = self.tx.send(Command::Preempt(seq));
+    }
+
+    /// Runs one short greedy generation end to end; readiness waits on this.
+    pub fn warm_up(&self) -> Result<(), EngineError> {
+        let prompt = self
+            .tokenizer
+            .encode("Hello")
+            .map_err(|e| EngineError::Internal(e.to_string()))?;
+        let req = ValidRequest::new(
+            prompt,
+            SamplingParams::greedy(2),
+            Lane::Interactive,
+            TenantId::default(),
+            &self.model_limits(),
+        )?;
+        let mut h = self.submit(req)?;
+        let out = h.collect_blocking();
+        match out.error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        let _ = self.tx.send(Command::Shutdown);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The caller's side of one request. Dropping it cancels the request.
+pub struct RequestHandle {
+    seq: SeqId,
+    events: tmpsc::UnboundedReceiver<EngineEvent>,
+    tx: mpsc::Sender<Command>,
+    done: bool,
+}
+
+impl std::fmt::Debug for RequestHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestHandle").field("seq", &self.seq).finish()
+    }
+}
+
+/// Everything a request produced, gathered by [`RequestHandle::collect_blocking`].
+#[derive(Clone, Debug, Default)]
+pub struct Collected {
+    pub text: String,
+    pub token_ids: Vec<u32>,
+    pub finish: Option<FinishReason>,
+    pub usage: Usage,
+    pub timings: Timings,
+    pub error: Option<EngineError>,
+}
+
+impl RequestHandle {
+    pub fn seq(&self) -> SeqId {
+        self.seq
+    }
+
+    /// Next event, or `None` once the request has ended.
+    pub async fn next(&mut self) -> Option<EngineEvent> {
+        if self.done {
+            return None;
+        }
+        let ev = self.events.recv().await;
+        self.note(&ev);
+        ev
+    }
+
+    /// Blocking variant for synchronous callers (tests, benchmarks, CLI).
+    pub fn next_blocking(&mut self) -> Option<EngineEvent> {
+        if self.done {
+            return None;
+        }
+        let ev = self.events.blocking_recv();
+        self.note(&ev);
+        ev
+    }
+
+    fn note(&mut self, ev: &Option<EngineEvent>) {
+        if matches!(ev, None | Some(EngineEvent::Finished { .. }) | Some(EngineEvent::Error(_))) {
+            self.done = true;
+        }
+    }
+
+    /// Cancels now; the handle then reports `Finished { Cancelled }`.
+    pub fn cancel(&self) {
+        let _ = self.tx.send(Command::Cancel(self.seq));
+    }
+
+    pub fn collect_blocking(&mut self) -> Collected {
+        let mut c = Collected::default();
+        while let Some(ev) = self.next_blocking() {
+            match ev {
+                EngineEvent::Delta { text, token_ids } => {
+                    c.text.push_str(&text);
+                    c.token_ids.extend(token_ids);
+                }
+                EngineEvent::Finished {
+                    reason,
+                    usage,
+                    timings,
+                } => {
+                    c.finish = Some(reason);
+                    c.usage = usage;
+                    c.timings = timings;
+                }
+                EngineEvent::Error(e) => c.error = Some(e),
+            }
+        }
+        c
+    }
+}
+
+impl Drop for RequestHandle {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = self.tx.send(Command::Cancel(self.seq));
+        }
+    }
+}

@@ -1,0 +1,66 @@
+//! Engine gauges and counters, published once per step for metrics and
+//! admission. Reading them never blocks the engine loop for long: the loop
+//! takes the lock once per step to copy a small struct.
+
+use std::time::Duration;
+
+use crate::ids::Lane;
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LaneStats {
+    pub running: usize,
+    pub waiting: usize,
+    pub waiting_tokens: usize,
+    pub preemptions_total: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EngineStats {
+    pub interactive: LaneStats,
+    pub batch: LaneStats,
+    pub kv_blocks_total: usize,
+    pub kv_blocks_used: usize,
+    pub kv_blocks_free: usize,
+    pub prefix_cache_queries: u64,
+    pub prefix_cache_hits: u64,
+    pub prompt_tokens_total: u64,
+    pub generation_tokens_total: u64,
+    pub steps_total: u64,
+    /// Exponentially smoothed duration of a step, and tokens per step.
+    pub step_time_ewma: Duration,
+    pub tokens_per_second_ewma: f64,
+    pub prefill_tokens_per_second_ewma: f64,
+    pub decode_tokens_per_second_ewma: f64,
+}
+
+impl EngineStats {
+    pub fn lane(&self, lane: Lane) -> &LaneStats {
+        match lane {
+            Lane::Interactive => &self.interactive,
+            Lane::Batch => &self.batch,
+        }
+    }
+
+    pub fn lane_mut(&mut self, lane: Lane) -> &mut LaneStats {
+        match lane {
+            Lane::Interactive => &mut self.interactive,
+            Lane::Batch => &mut self.batch,
+        }
+    }
+
+    pub fn running(&self) -> usize {
+        self.interactive.running + self.batch.running
+    }
+
+    pub fn waiting(&self) -> usize {
+        self.interactive.waiting + self.batch.waiting
+    }
+
+    pub fn kv_usage(&self) -> f64 {
+        if self.kv_blocks_total == 0 {
+            0.0
+        } else {
+            self.kv_blocks_used as f64 / self.kv_blocks_total as f64
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! The executor's error types: one enum for loading a model, one for a request
+//! the engine refuses or fails. The API layer maps these to HTTP in one place.
+
+use std::path::PathBuf;
+
+use crate::ids::Lane;
+
+/// Why a model artifact could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("model file not found: {0}")]
+    NotFound(PathBuf),
+    #[error("cannot read model file {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("not a GGUF file: {0}")]
+    NotGguf(String),
+    #[error("truncated GGUF file: {0}")]
+    Truncated(String),
+    #[error("unsupported model architecture `{0}` (supported: llama)")]
+    UnsupportedArchitecture(String),
+    #[error("missing metadata key `{0}`")]
+    MissingMetadata(String),
+    #[error("bad metadata `{0}`: {1}")]
+    BadMetadata(String, String),
+    #[error("missing tensor `{0}`")]
+    MissingTensor(String),
+    #[error("tensor `{name}` has shape {got:?}, expected {expected:?}")]
+    BadTensorShape {
+        name: String,
+        got: Vec<usize>,
+        expected: Vec<usize>,
+    },
+    #[error("tensor `{0}`: {1}")]
+    BadTensor(String, String),
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    #[error("chat template: {0}")]
+    Template(String),
+    #[error("device `{0}` is not available in this build")]
+    DeviceUnavailable(String),
+    #[error("kv cache budget of {budget} bytes holds {blocks} blocks; at least {needed} are needed")]
+    KvBudgetTooSmall {
+        budget: usize,
+        blocks: usize,
+        needed: usize,
+    },
+    #[error("engine configuration: {0}")]
+    Config(String),
+}
+
+/// Why a request was refused before it ran. Every variant is the caller's
+/// fault and maps to a 400-class error.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ValidationError {
+    #[error("the prompt is empty")]
+    EmptyPrompt,
+    #[error("the prompt has {prompt} tokens; this model's context window is {context} tokens")]
+    PromptTooLong { prompt: usize, context: usize },
+    #[error(
+        "the prompt ({prompt} tokens) plus max_tokens ({max_tokens}) exceeds the context window of {context} tokens"
+    )]
+    ContextLengthExceeded {
+        prompt: usize,
+        max_tokens: usize,
+        context: usize,
+    },
+    #[error("max_tokens must be at least 1")]
+    ZeroMaxTokens,
+    #[error("max_tokens is {got}; the maximum is {max}")]
+    MaxTokensTooLarge { got: usize, max: usize },
+    #[error("the prompt has {got} tokens; the maximum input is {max} tokens")]
+    InputTooLong { got: usize, max: usize },
+    #[error("temperature must be a finite number between 0 and 2, got {0}")]
+    BadTemperature(f32),
+    #[error("top_p must be in (0, 1], got {0}")]
+    BadTopP(f32),
+    #[error("top_k must be at least 1 when given")]
+    BadTopK,
+    #[error("at most {max} stop sequences are allowed, got {got}")]
+    TooManyStops { got: usize, max: usize },
+    #[error("stop sequences must be non-empty and at most {max} bytes")]
+    BadStop { max: usize },
+    #[error("token id {id} is outside the vocabulary of {vocab} tokens")]
+    TokenOutOfRange { id: u32, vocab: usize },
+}
+
+/// Why the engine refused or ended a request.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
+    #[error("the {lane:?} waiting queue is full")]
+    QueueFull { lane: Lane },
+    #[error("the request cannot fit in the KV cache available to its lane")]
+    CannotFit,
+    #[error("the engine is shutting down")]
+    ShuttingDown,
+    #[error("the engine stopped: {0}")]
+    Stopped(String),
+    #[error("internal engine error: {0}")]
+    Internal(String),
+}

@@ -1,0 +1,111 @@
+//! A loaded model: configuration, weights, rope tables and identity.
+//!
+//! [`Model::load`] turns a GGUF path into everything the engine needs,
+//! including the tokenizer and chat template built from the file's metadata,
+//! with typed [`ModelError`]s for every way an artifact can be wrong.
+
+pub mod attention;
+pub mod config;
+pub mod forward;
+pub mod kv_storage;
+pub mod loader;
+pub mod rope;
+pub mod weights;
+
+use std::path::Path;
+
+use crate::chat_template::ChatTemplate;
+use crate::error::ModelError;
+use crate::tokenizer::ModelTokenizer;
+
+pub use config::LlamaConfig;
+pub use forward::{ForwardChunk, Workspace};
+pub use kv_storage::KvStorage;
+pub use weights::WeightMode;
+
+/// Where the model runs. CUDA is a cargo feature we have not built yet; the
+/// device stays a parameter so callers already pass it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Device {
+    #[default]
+    Cpu,
+    Cuda(usize),
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LoadOptions {
+    pub weights: WeightMode,
+    pub device: Device,
+}
+
+/// The identity of a loaded artifact: what a revision record stores.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelIdentity {
+    pub sha256: String,
+    pub file_size: u64,
+    pub tokenizer_sha256: String,
+    pub chat_template_sha256: String,
+    pub name: String,
+    pub precision: String,
+}
+
+pub struct Model {
+    pub config: LlamaConfig,
+    pub weights: weights::ModelWeights,
+    pub rope: rope::Rope,
+    pub identity: ModelIdentity,
+    pub tokenizer: ModelTokenizer,
+    pub chat_template: ChatTemplate,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model")
+            .field("config", &self.config)
+            .field("identity", &self.identity)
+            .finish()
+    }
+}
+
+impl Model {
+    pub fn load(path: &Path, opts: LoadOptions) -> Result<Self, ModelError> {
+        if let Device::Cuda(i) = opts.device {
+            return Err(ModelError::DeviceUnavailable(format!("cuda:{i}")));
+        }
+        let mut art = loader::GgufArtifact::open(path)?;
+        let mut config = LlamaConfig::from_metadata(art.metadata())?;
+        let tokenizer = ModelTokenizer::from_gguf_metadata(art.metadata())
+            .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+        let chat_template = ChatTemplate::from_gguf_metadata(art.metadata(), &tokenizer)
+            .map_err(|e| ModelError::Template(e.to_string()))?;
+        let weights = weights::ModelWeights::load(&mut art, &config, opts.weights)?;
+        config.vocab_size = weights.embed.rows();
+        let rope = rope::Rope::new(config.head_dim, config.rope_base, config.context_length);
+        let name = art
+            .metadata()
+            .get("general.name")
+            .and_then(|v| v.to_string().ok())
+            .cloned()
+            .unwrap_or_else(|| path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default());
+        let precision = match opts.weights {
+            WeightMode::Native => weights.layers[0].qkv.format_name().to_string(),
+            WeightMode::DequantizedF32 => "f32".to_string(),
+        };
+        let identity = ModelIdentity {
+            sha256: art.sha256.clone(),
+            file_size: art.file_size,
+            tokenizer_sha256: tokenizer.sha256_hex(),
+            chat_template_sha256: chat_template.sha256_hex(),
+            name,
+            precision,
+        };
+        Ok(Model {
+            config,
+            weights,
+            rope,
+            identity,
+            tokenizer,
+            chat_template,
+        })
+    }
+}

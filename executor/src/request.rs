@@ -1,0 +1,242 @@
+//! Validated requests: the only thing the engine accepts.
+//!
+//! Raw JSON never reaches the engine. The API layer builds a [`ValidRequest`]
+//! through [`ValidRequest::new`], which checks every limit the engine relies on
+//! (non-empty prompt, context window, sampling ranges) and returns a typed
+//! [`ValidationError`] otherwise.
+
+use crate::error::ValidationError;
+use crate::ids::{Lane, TenantId};
+
+/// At most this many stop strings per request (the OpenAI limit).
+pub const MAX_STOP_STRINGS: usize = 4;
+/// Longest stop string accepted, in bytes.
+pub const MAX_STOP_BYTES: usize = 256;
+
+/// How to pick the next token. `temperature == 0` means greedy.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SamplingParams {
+    pub temperature: f32,
+    pub top_p: f32,
+    /// `None` or `Some(0)` disables top-k.
+    pub top_k: Option<usize>,
+    /// Same seed and same request give the same tokens whatever shares the batch.
+    pub seed: Option<u64>,
+    pub max_tokens: usize,
+    pub stop: Vec<String>,
+    pub stop_token_ids: Vec<u32>,
+    /// Stop at the model's end-of-sequence tokens (normally true).
+    pub stop_at_eos: bool,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        SamplingParams {
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: None,
+            seed: None,
+            max_tokens: 16,
+            stop: Vec::new(),
+            stop_token_ids: Vec::new(),
+            stop_at_eos: true,
+        }
+    }
+}
+
+impl SamplingParams {
+    pub fn greedy(max_tokens: usize) -> Self {
+        SamplingParams {
+            temperature: 0.0,
+            max_tokens,
+            ..Default::default()
+        }
+    }
+
+    pub fn is_greedy(&self) -> bool {
+        self.temperature <= 1e-6 || self.top_k == Some(1)
+    }
+}
+
+/// The limits a request is validated against: the model's context window and
+/// the deployment's input and output caps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RequestLimits {
+    pub context_window: usize,
+    pub max_input_tokens: usize,
+    pub max_output_tokens: usize,
+    pub vocab_size: usize,
+}
+
+/// A request that passed validation. Fields are private so it can only be
+/// built through [`ValidRequest::new`].
+#[derive(Clone, Debug)]
+pub struct ValidRequest {
+    prompt: Vec<u32>,
+    params: SamplingParams,
+    lane: Lane,
+    tenant: TenantId,
+}
+
+impl ValidRequest {
+    pub fn new(
+        prompt: Vec<u32>,
+        params: SamplingParams,
+        lane: Lane,
+        tenant: TenantId,
+        limits: &RequestLimits,
+    ) -> Result<Self, ValidationError> {
+        validate_params(&params)?;
+        if prompt.is_empty() {
+            return Err(ValidationError::EmptyPrompt);
+        }
+        if let Some(&id) = prompt.iter().find(|&&id| id as usize >= limits.vocab_size) {
+            return Err(ValidationError::TokenOutOfRange {
+                id,
+                vocab: limits.vocab_size,
+            });
+        }
+        if prompt.len() >= limits.context_window {
+            return Err(ValidationError::PromptTooLong {
+                prompt: prompt.len(),
+                context: limits.context_window,
+            });
+        }
+        if prompt.len() > limits.max_input_tokens {
+            return Err(ValidationError::InputTooLong {
+                got: prompt.len(),
+                max: limits.max_input_tokens,
+            });
+        }
+        if params.max_tokens > limits.max_output_tokens {
+            return Err(ValidationError::MaxTokensTooLarge {
+                got: params.max_tokens,
+                max: limits.max_output_tokens,
+            });
+        }
+        if prompt.len() + params.max_tokens > limits.context_window {
+            return Err(ValidationError::ContextLengthExceeded {
+                prompt: prompt.len(),
+                max_tokens: params.max_tokens,
+                context: limits.context_window,
+            });
+        }
+        Ok(ValidRequest {
+            prompt,
+            params,
+            lane,
+            tenant,
+        })
+    }
+
+    pub fn prompt(&self) -> &[u32] {
+        &self.prompt
+    }
+    pub fn params(&self) -> &SamplingParams {
+        &self.params
+    }
+    pub fn lane(&self) -> Lane {
+        self.lane
+    }
+    pub fn tenant(&self) -> &TenantId {
+        &self.tenant
+    }
+}
+
+fn validate_params(p: &SamplingParams) -> Result<(), ValidationError> {
+    if !p.temperature.is_finite() || p.temperature < 0.0 || p.temperature > 2.0 {
+        return Err(ValidationError::BadTemperature(p.temperature));
+    }
+    if !(p.top_p > 0.0 && p.top_p <= 1.0) {
+        return Err(ValidationError::BadTopP(p.top_p));
+    }
+    if p.max_tokens == 0 {
+        return Err(ValidationError::ZeroMaxTokens);
+    }
+    if p.stop.len() > MAX_STOP_STRINGS {
+        return Err(ValidationError::TooManyStops {
+            got: p.stop.len(),
+            max: MAX_STOP_STRINGS,
+        });
+    }
+    if p.stop.iter().any(|s| s.is_empty() || s.len() > MAX_STOP_BYTES) {
+        return Err(ValidationError::BadStop {
+            max: MAX_STOP_BYTES,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: RequestLimits = RequestLimits {
+        context_window: 100,
+        max_input_tokens: 90,
+        max_output_tokens: 50,
+        vocab_size: 1000,
+    };
+
+    fn req(prompt: Vec<u32>, params: SamplingParams) -> Result<ValidRequest, ValidationError> {
+        ValidRequest::new(prompt, params, Lane::Interactive, TenantId::default(), &LIMITS)
+    }
+
+    #[test]
+    fn an_empty_prompt_is_refused() {
+        assert_eq!(req(vec![], SamplingParams::greedy(4)).unwrap_err(), ValidationError::EmptyPrompt);
+    }
+
+    #[test]
+    fn a_prompt_longer_than_the_context_window_is_refused() {
+        let err = req(vec![1; 100], SamplingParams::greedy(1)).unwrap_err();
+        assert!(matches!(err, ValidationError::PromptTooLong { prompt: 100, context: 100 }));
+    }
+
+    #[test]
+    fn prompt_plus_max_tokens_over_the_window_is_context_length_exceeded() {
+        let err = req(vec![1; 60], SamplingParams::greedy(50)).unwrap_err();
+        assert!(matches!(err, ValidationError::ContextLengthExceeded { .. }));
+    }
+
+    #[test]
+    fn zero_max_tokens_is_refused() {
+        assert_eq!(req(vec![1], SamplingParams::greedy(0)).unwrap_err(), ValidationError::ZeroMaxTokens);
+    }
+
+    #[test]
+    fn nan_and_negative_temperatures_are_refused() {
+        for t in [f32::NAN, -0.5, f32::INFINITY, 2.5] {
+            let p = SamplingParams { temperature: t, ..SamplingParams::greedy(4) };
+            assert!(matches!(req(vec![1], p).unwrap_err(), ValidationError::BadTemperature(_)));
+        }
+    }
+
+    #[test]
+    fn top_p_outside_zero_one_is_refused() {
+        for top_p in [0.0, -0.1, 1.01, f32::NAN] {
+            let p = SamplingParams { top_p, ..SamplingParams::greedy(4) };
+            assert!(matches!(req(vec![1], p).unwrap_err(), ValidationError::BadTopP(_)));
+        }
+    }
+
+    #[test]
+    fn out_of_vocabulary_token_ids_are_refused() {
+        let err = req(vec![1, 5000], SamplingParams::greedy(4)).unwrap_err();
+        assert!(matches!(err, ValidationError::TokenOutOfRange { id: 5000, .. }));
+    }
+
+    #[test]
+    fn too_many_or_empty_stop_strings_are_refused() {
+        let p = SamplingParams { stop: vec!["a".into(); 5], ..SamplingParams::greedy(4) };
+        assert!(matches!(req(vec![1], p).unwrap_err(), ValidationError::TooManyStops { .. }));
+        let p = SamplingParams { stop: vec![String::new()], ..SamplingParams::greedy(4) };
+        assert!(matches!(req(vec![1], p).unwrap_err(), ValidationError::BadStop { .. }));
+    }
+
+    #[test]
+    fn a_reasonable_request_is_accepted() {
+        let r = req(vec![1, 2, 3], SamplingParams::greedy(10)).unwrap();
+        assert_eq!(r.prompt(), &[1, 2, 3]);
+    }
+}

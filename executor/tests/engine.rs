@@ -1,0 +1,161 @@
+//! Engine behaviour end to end on the real model: cancellation frees blocks,
+//! sampling is reproducible per seed, stop strings and lengths end requests.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use stoker_executor::{EngineConfig, EngineError, EngineEvent, FinishReason, Lane, SamplingParams};
+
+fn wait_until(mut f: impl FnMut() -> bool, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn cancelling_100_in_flight_sequences_returns_the_pool_to_idle() {
+    let engine = engine(EngineConfig {
+        max_num_seqs: 128,
+        ..EngineConfig::default()
+    });
+    let idle = engine.stats();
+    assert_eq!(idle.kv_blocks_used, 0);
+    let mut handles = Vec::new();
+    for i in 0..100 {
+        let prompt = chat_prompt(&engine, &format!("Count from {i} to {}.", i + 50));
+        let mut params = SamplingParams::greedy(200);
+        params.stop_at_eos = false;
+        let lane = if i % 2 == 0 { Lane::Interactive } else { Lane::Batch };
+        handles.push(engine.submit(request(&engine, prompt, params, lane)).unwrap());
+    }
+    // Wait until some are decoding, then cancel every one: half explicitly,
+    // half by dropping the handle.
+    assert!(matches!(handles[0].next_blocking(), Some(EngineEvent::Delta { .. })));
+    assert!(engine.stats().kv_blocks_used > 0);
+    for h in handles.iter().step_by(2) {
+        h.cancel();
+    }
+    let mut kept = Vec::new();
+    for (i, h) in handles.into_iter().enumerate() {
+        if i % 2 == 0 {
+            kept.push(h);
+        }
+    }
+    for mut h in kept {
+        let c = h.collect_blocking();
+        assert_eq!(c.finish, Some(FinishReason::Cancelled));
+    }
+    wait_until(|| engine.stats().running() == 0 && engine.stats().waiting() == 0, "idle engine");
+    let s = engine.stats();
+    assert_eq!(s.kv_blocks_used, 0, "blocks leaked: {s:?}");
+    assert_eq!(s.kv_blocks_free, idle.kv_blocks_free);
+}
+
+#[test]
+fn the_same_seed_gives_the_same_sampled_tokens_whatever_shares_the_batch() {
+    let engine = engine(EngineConfig::default());
+    let prompt = chat_prompt(&engine, "Invent a name for a cat.");
+    let params = SamplingParams {
+        temperature: 0.9,
+        top_p: 0.95,
+        top_k: Some(40),
+        seed: Some(1234),
+        max_tokens: 16,
+        stop_at_eos: false,
+        ..SamplingParams::default()
+    };
+    let mut alone = engine.submit(request(&engine, prompt.clone(), params.clone(), Lane::Interactive)).unwrap();
+    let alone = alone.collect_blocking().token_ids;
+
+    let mut noise: Vec<_> = (0..5)
+        .map(|i| {
+            let p = chat_prompt(&engine, &format!("Say something about {i}."));
+            let mut n = SamplingParams {
+                temperature: 1.0,
+                seed: Some(i),
+                max_tokens: 20,
+                ..SamplingParams::default()
+            };
+            n.stop_at_eos = false;
+            engine.submit(request(&engine, p, n, Lane::Batch)).unwrap()
+        })
+        .collect();
+    let mut crowd = engine.submit(request(&engine, prompt, params, Lane::Interactive)).unwrap();
+    let crowd = crowd.collect_blocking().token_ids;
+    for h in noise.iter_mut() {
+        h.collect_blocking();
+    }
+    assert_eq!(alone, crowd);
+}
+
+#[test]
+fn max_tokens_ends_with_length_and_usage_counts_tokens() {
+    let engine = engine(EngineConfig::default());
+    let prompt = chat_prompt(&engine, "Describe the moon.");
+    let n = prompt.len();
+    let c = greedy_ids(&engine, prompt, 5);
+    assert_eq!(c.finish, Some(FinishReason::Length));
+    assert_eq!(c.usage.completion_tokens, 5);
+    assert_eq!(c.usage.prompt_tokens, n);
+    assert_eq!(c.token_ids.len(), 5);
+    assert!(c.timings.ttft <= c.timings.total);
+}
+
+#[test]
+fn a_stop_string_ends_the_request_and_is_never_streamed() {
+    let engine = engine(EngineConfig::default());
+    let prompt = chat_prompt(&engine, "What is the capital of France?");
+    // Find what the model says greedily, then stop on a word from its answer.
+    let free = greedy_ids(&engine, prompt.clone(), 24);
+    let word = free
+        .text
+        .split_whitespace()
+        .nth(2)
+        .expect("a few words")
+        .to_string();
+    let params = SamplingParams {
+        stop: vec![word.clone()],
+        ..SamplingParams::greedy(24)
+    };
+    let mut h = engine.submit(request(&engine, prompt, params, Lane::Interactive)).unwrap();
+    let c = h.collect_blocking();
+    assert_eq!(c.finish, Some(FinishReason::Stop));
+    assert!(!c.text.contains(&word), "{:?} contains stop {:?}", c.text, word);
+    assert!(free.text.starts_with(&c.text));
+}
+
+#[test]
+fn eos_ends_a_chat_answer_with_stop() {
+    let engine = engine(EngineConfig::default());
+    let prompt = chat_prompt(&engine, "Reply with just the word yes.");
+    let mut h = engine
+        .submit(request(&engine, prompt, SamplingParams::greedy(64), Lane::Interactive))
+        .unwrap();
+    let c = h.collect_blocking();
+    assert_eq!(c.finish, Some(FinishReason::Stop), "{c:?}");
+    assert!(!c.text.contains("<|im_end|>"));
+}
+
+#[test]
+fn a_full_waiting_queue_is_a_typed_refusal() {
+    let engine = engine(EngineConfig {
+        max_num_seqs: 1,
+        max_waiting_requests: 1,
+        ..EngineConfig::default()
+    });
+    let prompt = chat_prompt(&engine, "Hello");
+    let mut params = SamplingParams::greedy(100);
+    params.stop_at_eos = false;
+    let mut first = engine.submit(request(&engine, prompt.clone(), params.clone(), Lane::Interactive)).unwrap();
+    assert!(matches!(first.next_blocking(), Some(EngineEvent::Delta { .. })));
+    let _second = engine.submit(request(&engine, prompt.clone(), params.clone(), Lane::Interactive)).unwrap();
+    let mut third = engine.submit(request(&engine, prompt, params, Lane::Interactive)).unwrap();
+    match third.next_blocking() {
+        Some(EngineEvent::Error(EngineError::QueueFull { .. })) => {}
+        other => panic!("expected QueueFull, got {other:?}"),
+    }
+}

@@ -1,0 +1,63 @@
+//! Loading refuses bad artifacts with typed errors, never a panic.
+
+mod common;
+
+use std::io::Write;
+
+use common::model_path;
+use stoker_executor::{LoadOptions, Model, ModelError};
+
+fn tmp_file(name: &str, bytes: &[u8]) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("stoker-model-errors-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::File::create(&p).unwrap().write_all(bytes).unwrap();
+    p
+}
+
+#[test]
+fn a_missing_file_is_not_found() {
+    let err = Model::load("/nonexistent/model.gguf".as_ref(), LoadOptions::default()).unwrap_err();
+    assert!(matches!(err, ModelError::NotFound(_)), "{err}");
+}
+
+#[test]
+fn a_file_that_is_not_gguf_is_refused() {
+    for (name, bytes) in [("text.gguf", &b"hello, this is not a model"[..]), ("empty.gguf", &b""[..]), ("tiny.gguf", &b"GG"[..])] {
+        let err = Model::load(&tmp_file(name, bytes), LoadOptions::default()).unwrap_err();
+        assert!(matches!(err, ModelError::NotGguf(_)), "{name}: {err}");
+    }
+}
+
+#[test]
+fn a_truncated_file_is_reported_as_truncated() {
+    let full = std::fs::read(model_path()).unwrap();
+    for cut in [64usize, 4096, full.len() / 2, full.len() - 1] {
+        let p = tmp_file(&format!("cut-{cut}.gguf"), &full[..cut]);
+        let err = Model::load(&p, LoadOptions::default()).unwrap_err();
+        assert!(matches!(err, ModelError::Truncated(_)), "cut at {cut}: {err}");
+    }
+}
+
+#[test]
+fn an_unsupported_architecture_is_refused() {
+    // Rewrite general.architecture's value in place: same length keeps the file valid.
+    let mut bytes = std::fs::read(model_path()).unwrap();
+    let key = b"general.architecture";
+    let at = bytes.windows(key.len()).position(|w| w == key).unwrap();
+    // key, u32 type (8 = string), u64 length, then the value "llama".
+    let value_at = at + key.len() + 4 + 8;
+    assert_eq!(&bytes[value_at..value_at + 5], b"llama");
+    bytes[value_at..value_at + 5].copy_from_slice(b"mamba");
+    let err = Model::load(&tmp_file("mamba.gguf", &bytes), LoadOptions::default()).unwrap_err();
+    assert!(matches!(err, ModelError::UnsupportedArchitecture(ref a) if a == "mamba"), "{err}");
+}
+
+#[test]
+fn the_revision_id_is_the_sha256_of_the_file() {
+    let m = Model::load(&model_path(), LoadOptions::default()).unwrap();
+    assert_eq!(m.identity.sha256, "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53");
+    assert_eq!(m.config.n_layers, 30);
+    assert_eq!(m.config.hidden, 576);
+    assert_eq!((m.config.n_heads, m.config.n_kv_heads), (9, 3));
+}

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Sets up what the tests need and runs the whole suite on the single optimized
+# profile (tests and benchmarks share it, so the dependency tree compiles once).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+"$ROOT/scripts/fetch-model.sh"
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy -D warnings"
+cargo clippy --release --workspace --all-targets --locked -- -D warnings
+echo "== cargo test"
+cargo test --release --workspace --locked -- --test-threads="${STOKER_TEST_THREADS:-1}"
