@@ -5,5 +5,6 @@
 //! Kafka or object storage: callers hand it validated requests through
 //! [`engine::Engine::submit`] and read events from the returned handle.
 
+pub mod chat_template;
 pub mod ids;
 pub mod tokenizer;

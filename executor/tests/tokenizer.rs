@@ -2,6 +2,8 @@
 //! against the real SmolLM2 GGUF file, plus hostile-input tests on hand-made
 //! metadata. One test binary holds all three modules so the release profile links
 //! once.
+#[path = "tokenizer/chat_template.rs"]
+mod chat_template;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
