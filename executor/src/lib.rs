@@ -6,5 +6,6 @@
 //! [`engine::Engine::submit`] and read events from the returned handle.
 
 pub mod chat_template;
+pub mod detokenize;
 pub mod ids;
 pub mod tokenizer;

@@ -2,8 +2,11 @@
 //! against the real SmolLM2 GGUF file, plus hostile-input tests on hand-made
 //! metadata. One test binary holds all three modules so the release profile links
 //! once.
+
 #[path = "tokenizer/chat_template.rs"]
 mod chat_template;
+#[path = "tokenizer/detokenize.rs"]
+mod detokenize;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
