@@ -5,13 +5,19 @@
 //! Kafka or object storage: callers hand it validated requests through
 //! [`engine::Engine::submit`] and read events from the returned handle.
 
+pub mod chat_template;
+pub mod detokenize;
 pub mod engine;
 pub mod error;
 pub mod ids;
+pub mod kernels;
+pub mod kv;
 pub mod model;
 pub mod request;
 pub mod sampling;
+pub mod scheduler;
 pub mod stop;
+pub mod tokenizer;
 
 pub use engine::{Engine, EngineConfig, EngineEvent, FinishReason, RequestHandle};
 pub use error::{EngineError, ModelError, ValidationError};

@@ -1,0 +1,307 @@
+//! The model's chat template: turns a conversation into the prompt text.
+//!
+//! This module owns rendering of the Jinja chat template that ships in the GGUF
+//! file (`tokenizer.chat_template`), so a conversation is laid out exactly as the
+//! model was trained to see it. Rendering uses minijinja configured like Hugging
+//! Face's `apply_chat_template` (`trim_blocks`, `lstrip_blocks`, loop controls, a
+//! `raise_exception` function, and the `bos_token`, `eos_token`, `messages` and
+//! `add_generation_prompt` variables). Templates come from model files, which we
+//! do not fully trust, so every failure is a typed [`TemplateError`] and rendering
+//! is bounded: minijinja fuel caps the executed instructions, the recursion limit
+//! is lowered, and the output size is capped.
+
+use std::collections::HashMap;
+use std::io;
+
+use candle_core::quantized::gguf_file;
+use minijinja::{Environment, ErrorKind};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::tokenizer::ModelTokenizer;
+
+/// GGUF key of the chat template source.
+pub const KEY_CHAT_TEMPLATE: &str = "tokenizer.chat_template";
+
+/// The template used when the GGUF has none: plain ChatML, one
+/// `<|im_start|>{role}\n{content}<|im_end|>\n` block per message, then
+/// `<|im_start|>assistant\n` when a generation prompt is asked for. It inserts no
+/// system message.
+pub const FALLBACK_CHATML_TEMPLATE: &str = "{% for message in messages %}\
+{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}\
+{% endfor %}\
+{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+/// Instructions one render may execute (minijinja fuel). A ChatML-style template
+/// spends a few dozen per message, so this allows conversations of tens of
+/// thousands of messages while stopping a looping template within milliseconds.
+pub const RENDER_FUEL: u64 = 2_000_000;
+
+/// Deepest macro or include recursion a template may use. Chat templates need
+/// little; a low limit keeps a recursing template far from the thread's stack end.
+pub const RECURSION_LIMIT: usize = 64;
+
+/// Fixed part of the output cap; the cap is this plus four times the bytes of the
+/// messages' roles and contents.
+pub const OUTPUT_CAP_BASE: usize = 1 << 20;
+
+const TEMPLATE_NAME: &str = "chat_template";
+
+/// One message of a conversation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    /// `system`, `user`, `assistant`, or whatever roles the template knows.
+    pub role: String,
+    /// The message text.
+    pub content: String,
+}
+
+impl ChatMessage {
+    /// A message with the given role and content.
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+        Self {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+}
+
+/// Why a template could not be loaded or rendered.
+#[derive(Debug, thiserror::Error)]
+pub enum TemplateError {
+    /// `tokenizer.chat_template` is present but not a string.
+    #[error("GGUF key `{KEY_CHAT_TEMPLATE}` should be a string")]
+    WrongType,
+    /// The template does not parse.
+    #[error("chat template syntax error: {0}")]
+    Syntax(String),
+    /// The template called `raise_exception(message)`, usually to reject the
+    /// conversation (e.g. roles out of order).
+    #[error("chat template rejected the conversation: {0}")]
+    Raised(String),
+    /// The template hit a resource bound: fuel, recursion depth or output size.
+    #[error("chat template exceeded a resource limit: {0}")]
+    ResourceLimit(String),
+    /// Any other failure during rendering.
+    #[error("chat template render failed: {0}")]
+    Render(String),
+}
+
+/// Marker error carried as the source of the minijinja error that
+/// `raise_exception` returns, so it can be told apart from other failures.
+#[derive(Debug)]
+struct RaisedException(String);
+
+impl std::fmt::Display for RaisedException {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for RaisedException {}
+
+/// A compiled chat template with the special-token strings it is rendered with.
+#[derive(Clone)]
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    source: String,
+    bos_token: String,
+    eos_token: String,
+    is_fallback: bool,
+}
+
+impl std::fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTemplate")
+            .field("bos_token", &self.bos_token)
+            .field("eos_token", &self.eos_token)
+            .field("is_fallback", &self.is_fallback)
+            .field("source_len", &self.source.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A writer that refuses to grow past `cap` bytes and remembers that it did.
+struct CappedWriter {
+    buf: Vec<u8>,
+    cap: usize,
+    overflowed: bool,
+}
+
+impl io::Write for CappedWriter {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        if self.buf.len() + data.len() > self.cap {
+            self.overflowed = true;
+            return Err(io::Error::other("output cap reached"));
+        }
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+fn raise_exception(message: String) -> Result<String, minijinja::Error> {
+    Err(
+        minijinja::Error::new(ErrorKind::InvalidOperation, message.clone())
+            .with_source(RaisedException(message)),
+    )
+}
+
+/// Finds a `raise_exception` message anywhere in an error's source chain.
+fn raised_message(err: &minijinja::Error) -> Option<String> {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cur {
+        if let Some(r) = e.downcast_ref::<RaisedException>() {
+            return Some(r.0.clone());
+        }
+        cur = e.source();
+    }
+    None
+}
+
+/// Full description of a minijinja error, its causes included.
+fn describe(err: &minijinja::Error) -> String {
+    let mut out = err.to_string();
+    let mut cur = std::error::Error::source(err);
+    while let Some(e) = cur {
+        out.push_str(": ");
+        out.push_str(&e.to_string());
+        cur = e.source();
+    }
+    out
+}
+
+impl ChatTemplate {
+    /// Compiles `source`, to be rendered with the given BOS and EOS token strings.
+    pub fn new(
+        source: impl Into<String>,
+        bos_token: impl Into<String>,
+        eos_token: impl Into<String>,
+    ) -> Result<Self, TemplateError> {
+        Self::build(source.into(), bos_token.into(), eos_token.into(), false)
+    }
+
+    /// The template of a GGUF file (`tokenizer.chat_template`), with the BOS and
+    /// EOS strings taken from `tokenizer`. When the key is absent the
+    /// [`FALLBACK_CHATML_TEMPLATE`] is used and [`Self::is_fallback`] says so.
+    pub fn from_gguf_metadata(
+        md: &HashMap<String, gguf_file::Value>,
+        tokenizer: &ModelTokenizer,
+    ) -> Result<Self, TemplateError> {
+        let bos = tokenizer
+            .bos_token_id()
+            .and_then(|id| tokenizer.id_to_token(id))
+            .unwrap_or_default();
+        let eos = tokenizer
+            .id_to_token(tokenizer.eos_token_id())
+            .unwrap_or_default();
+        match md.get(KEY_CHAT_TEMPLATE) {
+            None => Self::build(FALLBACK_CHATML_TEMPLATE.to_owned(), bos, eos, true),
+            Some(gguf_file::Value::String(s)) => Self::build(s.clone(), bos, eos, false),
+            Some(_) => Err(TemplateError::WrongType),
+        }
+    }
+
+    fn build(
+        source: String,
+        bos_token: String,
+        eos_token: String,
+        is_fallback: bool,
+    ) -> Result<Self, TemplateError> {
+        let mut env = Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_fuel(Some(RENDER_FUEL));
+        env.set_recursion_limit(RECURSION_LIMIT);
+        env.add_function("raise_exception", raise_exception);
+        env.add_template_owned(TEMPLATE_NAME, source.clone())
+            .map_err(|e| TemplateError::Syntax(describe(&e)))?;
+        Ok(Self {
+            env,
+            source,
+            bos_token,
+            eos_token,
+            is_fallback,
+        })
+    }
+
+    /// Renders the conversation. With `add_generation_prompt` the text ends with the
+    /// header of an assistant turn, ready for generation.
+    pub fn render(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String, TemplateError> {
+        let tmpl = self
+            .env
+            .get_template(TEMPLATE_NAME)
+            .map_err(|e| TemplateError::Render(describe(&e)))?;
+        let input_bytes: usize = messages
+            .iter()
+            .map(|m| m.role.len() + m.content.len())
+            .sum();
+        let mut out = CappedWriter {
+            buf: Vec::new(),
+            cap: OUTPUT_CAP_BASE.saturating_add(input_bytes.saturating_mul(4)),
+            overflowed: false,
+        };
+        let ctx = minijinja::context! {
+            messages => messages,
+            add_generation_prompt => add_generation_prompt,
+            bos_token => &self.bos_token,
+            eos_token => &self.eos_token,
+        };
+        match tmpl.render_captured_to(ctx, &mut out) {
+            Ok(_) => String::from_utf8(out.buf)
+                .map_err(|e| TemplateError::Render(format!("output is not UTF-8: {e}"))),
+            Err(_) if out.overflowed => Err(TemplateError::ResourceLimit(format!(
+                "output exceeds {} bytes",
+                out.cap
+            ))),
+            Err(e) => Err(classify(&e)),
+        }
+    }
+
+    /// Hex SHA-256 of the template source, for the revision record.
+    pub fn sha256_hex(&self) -> String {
+        hex::encode(Sha256::digest(self.source.as_bytes()))
+    }
+
+    /// The template source.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Whether the GGUF had no template and [`FALLBACK_CHATML_TEMPLATE`] is used.
+    pub fn is_fallback(&self) -> bool {
+        self.is_fallback
+    }
+
+    /// The string bound to `bos_token` when rendering.
+    pub fn bos_token(&self) -> &str {
+        &self.bos_token
+    }
+
+    /// The string bound to `eos_token` when rendering.
+    pub fn eos_token(&self) -> &str {
+        &self.eos_token
+    }
+}
+
+fn classify(err: &minijinja::Error) -> TemplateError {
+    if let Some(msg) = raised_message(err) {
+        return TemplateError::Raised(msg);
+    }
+    let text = describe(err);
+    match err.kind() {
+        ErrorKind::OutOfFuel => TemplateError::ResourceLimit(text),
+        ErrorKind::InvalidOperation if text.contains("recursion limit") => {
+            TemplateError::ResourceLimit(text)
+        }
+        ErrorKind::SyntaxError => TemplateError::Syntax(text),
+        _ => TemplateError::Render(text),
+    }
+}

@@ -1,0 +1,136 @@
+//! Incremental detokenizer tests: deltas never split a character, and their
+//! concatenation always equals the full decode.
+
+use stoker_executor::detokenize::IncrementalDetokenizer;
+use stoker_executor::tokenizer::{ModelTokenizer, TokenizerError};
+
+use super::{byte_level_char, single_byte_token, tokenizer};
+
+/// SplitMix64: a tiny seeded generator, so failures replay exactly.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Streams `ids` and returns the deltas (flush included) and the largest number of
+/// pending tokens seen.
+fn stream(tok: &ModelTokenizer, ids: &[u32], skip_special: bool) -> (Vec<String>, usize) {
+    let mut detok = IncrementalDetokenizer::new(skip_special);
+    let mut deltas = Vec::new();
+    let mut max_pending = 0;
+    for &id in ids {
+        if let Some(d) = detok.push(tok, id).unwrap() {
+            deltas.push(d);
+        }
+        max_pending = max_pending.max(detok.pending_tokens());
+    }
+    deltas.extend(detok.flush(tok).unwrap());
+    assert_eq!(detok.pending_tokens(), 0);
+    assert_eq!(detok.ids(), ids);
+    (deltas, max_pending)
+}
+
+#[test]
+fn streamed_deltas_concatenate_to_the_full_decode_for_random_sequences() {
+    let tok = tokenizer();
+    let vocab = tok.vocab_size() as u64;
+    // Bytes that are never a whole character: continuation bytes and lead bytes.
+    // (The vocabulary lacks bytes that never occur in UTF-8, such as 0xC0.)
+    let partial: Vec<u32> = (0x80..=0xFFu8)
+        .filter_map(|b| tok.token_to_id(&byte_level_char(b).to_string()))
+        .collect();
+    assert!(
+        partial.len() >= 0x40 + 0x30,
+        "{} partial-byte tokens",
+        partial.len()
+    );
+    let emoji = tok.encode("😀👍🏽 你好 Привет").unwrap();
+    let mut rng = SplitMix(0x5EED_0F70_C0DE);
+    for case in 0..300 {
+        let len = rng.below(40) as usize;
+        let ids: Vec<u32> = (0..len)
+            .map(|_| match rng.below(10) {
+                0..=3 => partial[rng.below(partial.len() as u64) as usize],
+                4 => rng.below(17) as u32, // special tokens
+                5 => emoji[rng.below(emoji.len() as u64) as usize],
+                _ => rng.below(vocab) as u32,
+            })
+            .collect();
+        for skip_special in [false, true] {
+            let (deltas, _) = stream(tok, &ids, skip_special);
+            let full = tok.decode(&ids, skip_special).unwrap();
+            assert_eq!(
+                deltas.concat(),
+                full,
+                "case {case}, skip {skip_special}, ids {ids:?}"
+            );
+            assert!(deltas.iter().all(|d| !d.is_empty()));
+        }
+    }
+}
+
+#[test]
+fn valid_text_streams_without_replacement_characters_and_with_a_short_window() {
+    let tok = tokenizer();
+    for text in super::ROUND_TRIP_TEXTS {
+        let ids = tok.encode(text).unwrap();
+        let (deltas, max_pending) = stream(tok, &ids, false);
+        assert_eq!(deltas.concat(), *text);
+        assert!(deltas.iter().all(|d| !d.contains('\u{FFFD}')), "{deltas:?}");
+        assert!(max_pending <= 3, "pending window grew to {max_pending}");
+    }
+}
+
+#[test]
+fn a_character_split_across_tokens_is_held_back_until_complete() {
+    let tok = tokenizer();
+    let euro = "€".as_bytes(); // E2 82 AC
+    let ids: Vec<u32> = euro.iter().map(|&b| single_byte_token(tok, b)).collect();
+    let mut detok = IncrementalDetokenizer::new(false);
+    assert_eq!(detok.push(tok, ids[0]).unwrap(), None);
+    assert_eq!(detok.push(tok, ids[1]).unwrap(), None);
+    assert_eq!(detok.push(tok, ids[2]).unwrap().as_deref(), Some("€"));
+    assert_eq!(detok.flush(tok).unwrap(), None);
+}
+
+#[test]
+fn a_sequence_ending_inside_a_character_flushes_a_replacement_character() {
+    let tok = tokenizer();
+    let mut detok = IncrementalDetokenizer::new(false);
+    assert_eq!(detok.push(tok, 19556).unwrap().as_deref(), Some("Hello"));
+    assert_eq!(detok.push(tok, single_byte_token(tok, 0xE2)).unwrap(), None);
+    assert_eq!(detok.flush(tok).unwrap().as_deref(), Some("\u{FFFD}"));
+}
+
+#[test]
+fn skipped_special_tokens_produce_no_text() {
+    let tok = tokenizer();
+    let ids = tok.encode("Hi<|im_end|> there<|endoftext|>").unwrap();
+    let (kept, _) = stream(tok, &ids, false);
+    assert_eq!(kept.concat(), "Hi<|im_end|> there<|endoftext|>");
+    let (skipped, _) = stream(tok, &ids, true);
+    assert_eq!(skipped.concat(), "Hi there");
+}
+
+#[test]
+fn pushing_an_out_of_range_id_is_a_typed_error() {
+    let tok = tokenizer();
+    let mut detok = IncrementalDetokenizer::new(false);
+    let err = detok.push(tok, 1_000_000).unwrap_err();
+    assert!(
+        matches!(err, TokenizerError::IdOutOfRange { .. }),
+        "{err:?}"
+    );
+    assert!(detok.ids().is_empty(), "a refused id is not recorded");
+}
