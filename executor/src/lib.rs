@@ -7,3 +7,4 @@
 
 pub mod ids;
 pub mod kv;
+pub mod scheduler;
