@@ -1,0 +1,221 @@
+//! Scheduler configuration, its validation, and the lane limits derived from it.
+//!
+//! The knobs mirror vLLM's scheduler config (`max_num_seqs`,
+//! `max_num_batched_tokens`, `enable_prefix_caching`) plus TGI-style bounded
+//! waiting queues and stoker's two-lane reserve: a share of blocks and sequence
+//! slots that the batch lane may never take, so interactive traffic always has
+//! headroom. Validation happens once, at construction, and is O(1).
+
+use crate::ids::Lane;
+
+/// Everything the scheduler needs to know about its budget.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SchedulerConfig {
+    /// KV blocks in the pool (each [`BLOCK_SIZE`](crate::ids::BLOCK_SIZE) tokens).
+    pub num_blocks: usize,
+    /// Most sequences running (holding KV) at once.
+    pub max_num_seqs: usize,
+    /// Most tokens computed in one step, across all sequences.
+    pub max_batched_tokens: usize,
+    /// Most requests waiting for admission, both lanes together.
+    pub max_waiting_requests: usize,
+    /// Most tokens (prompt + max_new_tokens per request) waiting, both lanes.
+    pub max_waiting_tokens: usize,
+    /// Share in `[0, 1)` of blocks and sequence slots the batch lane may never take.
+    pub interactive_reserve_share: f32,
+    pub enable_prefix_caching: bool,
+    /// Per model revision; seeds every prefix-cache hash chain.
+    pub revision_salt: [u8; 32],
+}
+
+/// A configuration that cannot work.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("num_blocks must be at least 1")]
+    ZeroBlocks,
+    #[error("num_blocks {0} exceeds the u32 block id space")]
+    TooManyBlocks(usize),
+    #[error("max_num_seqs must be at least 1")]
+    ZeroSeqs,
+    #[error(
+        "max_batched_tokens ({tokens}) must be at least max_num_seqs ({seqs}) so every decoder fits in a step"
+    )]
+    BudgetBelowSeqs { tokens: usize, seqs: usize },
+    #[error("max_waiting_requests and max_waiting_tokens must be at least 1")]
+    ZeroWaitingBound,
+    #[error("interactive_reserve_share must be finite and in [0, 1), got {0}")]
+    ReserveShareOutOfRange(f32),
+    #[error("interactive_reserve_share {share} leaves the batch lane no blocks or sequence slots")]
+    BatchLaneEmpty { share: f32 },
+}
+
+/// What the batch lane may hold, derived from the reserve share. The interactive
+/// lane may hold the whole pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaneLimits {
+    /// Most block references batch sequences may hold together.
+    pub batch_blocks: usize,
+    /// Most batch sequences running at once.
+    pub batch_seqs: usize,
+    pub num_blocks: usize,
+    pub max_num_seqs: usize,
+}
+
+impl LaneLimits {
+    /// Most block references the sequences of `lane` may hold together.
+    pub fn blocks(&self, lane: Lane) -> usize {
+        match lane {
+            Lane::Interactive => self.num_blocks,
+            Lane::Batch => self.batch_blocks,
+        }
+    }
+
+    /// Most running sequences of `lane`.
+    pub fn seqs(&self, lane: Lane) -> usize {
+        match lane {
+            Lane::Interactive => self.max_num_seqs,
+            Lane::Batch => self.batch_seqs,
+        }
+    }
+}
+
+impl SchedulerConfig {
+    /// Checks the configuration and derives the batch lane's limits.
+    pub fn validate(&self) -> Result<LaneLimits, ConfigError> {
+        if self.num_blocks == 0 {
+            return Err(ConfigError::ZeroBlocks);
+        }
+        if self.num_blocks > u32::MAX as usize {
+            return Err(ConfigError::TooManyBlocks(self.num_blocks));
+        }
+        if self.max_num_seqs == 0 {
+            return Err(ConfigError::ZeroSeqs);
+        }
+        if self.max_batched_tokens < self.max_num_seqs {
+            return Err(ConfigError::BudgetBelowSeqs {
+                tokens: self.max_batched_tokens,
+                seqs: self.max_num_seqs,
+            });
+        }
+        if self.max_waiting_requests == 0 || self.max_waiting_tokens == 0 {
+            return Err(ConfigError::ZeroWaitingBound);
+        }
+        let share = self.interactive_reserve_share;
+        if !share.is_finite() || !(0.0..1.0).contains(&share) {
+            return Err(ConfigError::ReserveShareOutOfRange(share));
+        }
+        let limits = LaneLimits {
+            batch_blocks: self.num_blocks - reserved(share, self.num_blocks),
+            batch_seqs: self.max_num_seqs - reserved(share, self.max_num_seqs),
+            num_blocks: self.num_blocks,
+            max_num_seqs: self.max_num_seqs,
+        };
+        if limits.batch_blocks == 0 || limits.batch_seqs == 0 {
+            return Err(ConfigError::BatchLaneEmpty { share });
+        }
+        Ok(limits)
+    }
+}
+
+/// `ceil(share * n)`, tolerant of f32 representation error so that 0.1 of 10
+/// reserves exactly 1 (0.1f32 is slightly above 0.1).
+fn reserved(share: f32, n: usize) -> usize {
+    let exact = share as f64 * n as f64;
+    let slack = 1e-7 * n as f64 + 1e-9;
+    ((exact - slack).ceil().max(0.0) as usize).min(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> SchedulerConfig {
+        SchedulerConfig {
+            num_blocks: 100,
+            max_num_seqs: 10,
+            max_batched_tokens: 256,
+            max_waiting_requests: 8,
+            max_waiting_tokens: 10_000,
+            interactive_reserve_share: 0.1,
+            enable_prefix_caching: true,
+            revision_salt: [0; 32],
+        }
+    }
+
+    #[test]
+    fn the_reserve_share_takes_the_ceiling_of_blocks_and_slots_from_batch() {
+        let l = cfg().validate().unwrap();
+        assert_eq!((l.batch_blocks, l.batch_seqs), (90, 9));
+        let l = SchedulerConfig {
+            interactive_reserve_share: 0.25,
+            num_blocks: 7,
+            ..cfg()
+        }
+        .validate()
+        .unwrap();
+        assert_eq!((l.batch_blocks, l.batch_seqs), (5, 7));
+        let l = SchedulerConfig {
+            interactive_reserve_share: 0.0,
+            ..cfg()
+        }
+        .validate()
+        .unwrap();
+        assert_eq!((l.batch_blocks, l.batch_seqs), (100, 10));
+        let l = SchedulerConfig {
+            interactive_reserve_share: 0.7,
+            ..cfg()
+        }
+        .validate()
+        .unwrap();
+        assert_eq!((l.batch_blocks, l.batch_seqs), (30, 3));
+    }
+
+    #[test]
+    fn nonsense_configurations_are_typed_errors() {
+        let bad = |c: SchedulerConfig| c.validate().unwrap_err();
+        assert_eq!(
+            bad(SchedulerConfig {
+                num_blocks: 0,
+                ..cfg()
+            }),
+            ConfigError::ZeroBlocks
+        );
+        assert_eq!(
+            bad(SchedulerConfig {
+                max_num_seqs: 0,
+                ..cfg()
+            }),
+            ConfigError::ZeroSeqs
+        );
+        assert!(matches!(
+            bad(SchedulerConfig {
+                max_batched_tokens: 4,
+                ..cfg()
+            }),
+            ConfigError::BudgetBelowSeqs { .. }
+        ));
+        assert_eq!(
+            bad(SchedulerConfig {
+                max_waiting_requests: 0,
+                ..cfg()
+            }),
+            ConfigError::ZeroWaitingBound
+        );
+        for share in [1.0, 1.5, -0.1, f32::NAN, f32::INFINITY] {
+            assert!(matches!(
+                bad(SchedulerConfig {
+                    interactive_reserve_share: share,
+                    ..cfg()
+                }),
+                ConfigError::ReserveShareOutOfRange(_)
+            ));
+        }
+        assert!(matches!(
+            bad(SchedulerConfig {
+                interactive_reserve_share: 0.95,
+                ..cfg()
+            }),
+            ConfigError::BatchLaneEmpty { .. }
+        ));
+    }
+}
