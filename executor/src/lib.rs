@@ -6,3 +6,4 @@
 //! [`engine::Engine::submit`] and read events from the returned handle.
 
 pub mod ids;
+pub mod kernels;
