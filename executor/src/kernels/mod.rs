@@ -1,0 +1,653 @@
+//! CPU matrix multiplication against quantized weights: the linear layers of the model.
+//!
+//! This module owns the weight matrices ([`QMatrix`], built from GGUF tensors or raw ggml
+//! block bytes) and the product `out = x · Wᵀ` ([`matmul`]) for a batch of `t` activation
+//! rows. Formats: ggml Q4_1 (the model's layer weights), Q8_0 (its token embedding and tied
+//! output head) and plain f32.
+//!
+//! Numerics follow ggml: each activation row is quantized per block of 32 values exactly
+//! like `quantize_row_q8_1` (Q8_1 for Q4_1 weights, the same quants without the sum for
+//! Q8_0 weights, see [`quant`]), then every output element is one dot product in the style
+//! of `ggml_vec_dot_q4_1_q8_1` / `ggml_vec_dot_q8_0_q8_0`: exact integer sums per block,
+//! scaled and accumulated in f32. Results therefore agree closely with candle's `QMatMul`,
+//! which uses the same block types.
+//!
+//! Batch invariance: the value of `out[i][n]` depends only on activation row `i` and
+//! weight row `n`, bit for bit, whatever `t` is, whatever the other rows are, and however
+//! the work is split across threads. Every element is computed by one instruction sequence
+//! fixed per path; tiling and the rayon split only decide which elements a task computes,
+//! never split a reduction. Weight rows are stored in tiles of eight (see [`q4_1`]) so a
+//! weight block is loaded once per step for up to four activation rows, and the eight
+//! rows' results come out in the eight lanes of one register.
+//!
+//! Parallelism: small products (under [`PAR_MIN_MACS`] multiply-adds) run on the calling
+//! thread; small batches are split over weight-row groups (decode is bound by streaming the
+//! weights, so every core streams a disjoint slice), large batches over activation rows
+//! (each task writes whole output rows and re-reads the weights from cache).
+//!
+//! Kernel selection: AVX2+FMA+F16C after runtime detection, otherwise (or with
+//! `STOKER_KERNELS=scalar`) a portable scalar path; see [`dispatch`].
+
+pub mod dispatch;
+
+mod dense;
+mod q4_1;
+mod q8_0;
+mod quant;
+
+use std::cell::RefCell;
+use std::fmt;
+use std::ops::Range;
+
+use candle_core::quantized::{GgmlDType, QTensor};
+use half::f16;
+use rayon::prelude::*;
+
+pub use dispatch::{KernelPath, kernel_path};
+pub use q4_1::PackedQ4_1;
+pub use q8_0::PackedQ8_0;
+
+use quant::{Q8Block, QK};
+
+/// Weight rows computed together by one kernel step (the tile height of every format).
+const GROUP: usize = 8;
+const _: () = assert!(q4_1::GROUP == GROUP && q8_0::GROUP == GROUP && dense::GROUP == GROUP);
+
+/// Products with fewer multiply-adds than this run on the calling thread: below it the
+/// fork/join latency is comparable to the work.
+pub const PAR_MIN_MACS: usize = 1 << 18;
+/// Batches at least this large are split across threads by activation rows.
+pub const ACT_SPLIT_MIN_T: usize = 32;
+/// Tasks per pool thread, so a slow core (the machine is shared) does not stall the call.
+const TASKS_PER_THREAD: usize = 4;
+
+/// Receives one kernel step's results: (weight-row group, activation row, 8 outputs).
+pub(crate) type Sink<'a> = dyn FnMut(usize, usize, &[f32; GROUP]) + 'a;
+
+/// Errors of matrix construction and multiplication. Nothing in this module panics on
+/// bad input; it returns one of these.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KernelError {
+    #[error("a matrix needs at least one row and one column, got {rows}×{cols}")]
+    EmptyMatrix { rows: usize, cols: usize },
+    #[error("{dtype:?} weights need a column count divisible by 32, got {cols}")]
+    ColsNotMultipleOf32 { dtype: QDtype, cols: usize },
+    #[error("size of a {rows}×{cols} matrix overflows usize")]
+    SizeOverflow { rows: usize, cols: usize },
+    #[error("{dtype:?} data for a {rows}×{cols} matrix needs {expected} bytes, got {actual}")]
+    ByteLength {
+        dtype: QDtype,
+        rows: usize,
+        cols: usize,
+        expected: usize,
+        actual: usize,
+    },
+    #[error("f32 data for a {rows}×{cols} matrix needs {expected} values, got {actual}")]
+    ValueCount {
+        rows: usize,
+        cols: usize,
+        expected: usize,
+        actual: usize,
+    },
+    #[error("activations: expected {expected} values (t × cols), got {actual}")]
+    InputLength { expected: usize, actual: usize },
+    #[error("output: expected {expected} values (t × rows), got {actual}")]
+    OutputLength { expected: usize, actual: usize },
+    #[error("row {row} out of range for a matrix of {rows} rows")]
+    RowOutOfRange { row: usize, rows: usize },
+    #[error("unsupported weight type {0}")]
+    UnsupportedDtype(String),
+    #[error("expected a 2-D tensor, got shape {0:?}")]
+    NotAMatrix(Vec<usize>),
+    #[error("cannot concatenate matrices: {0}")]
+    ConcatMismatch(String),
+    #[error("the {0:?} kernel path is not available on this CPU")]
+    PathUnavailable(KernelPath),
+    #[error("reading tensor data failed: {0}")]
+    Tensor(String),
+}
+
+/// Storage formats accepted by [`QMatrix::from_ggml_bytes`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum QDtype {
+    /// Little-endian f32 values (stored as is).
+    F32,
+    /// Little-endian f16 values (widened to f32 on load).
+    F16,
+    /// ggml `block_q4_1`: 20 bytes per 32 values.
+    Q4_1,
+    /// ggml `block_q8_0`: 34 bytes per 32 values.
+    Q8_0,
+}
+
+impl QDtype {
+    /// Bytes of storage for `n` values (`n` a multiple of the block size for quantized
+    /// types), or `None` on overflow.
+    fn bytes_for(self, n: usize) -> Option<usize> {
+        match self {
+            QDtype::F32 => n.checked_mul(4),
+            QDtype::F16 => n.checked_mul(2),
+            QDtype::Q4_1 => (n / QK).checked_mul(q4_1::BLOCK_BYTES),
+            QDtype::Q8_0 => (n / QK).checked_mul(q8_0::BLOCK_BYTES),
+        }
+    }
+
+    fn is_quantized(self) -> bool {
+        matches!(self, QDtype::Q4_1 | QDtype::Q8_0)
+    }
+}
+
+impl TryFrom<GgmlDType> for QDtype {
+    type Error = KernelError;
+    fn try_from(d: GgmlDType) -> Result<Self, KernelError> {
+        match d {
+            GgmlDType::F32 => Ok(QDtype::F32),
+            GgmlDType::F16 => Ok(QDtype::F16),
+            GgmlDType::Q4_1 => Ok(QDtype::Q4_1),
+            GgmlDType::Q8_0 => Ok(QDtype::Q8_0),
+            other => Err(KernelError::UnsupportedDtype(format!("{other:?}"))),
+        }
+    }
+}
+
+/// The weights of a [`QMatrix`].
+#[derive(Clone)]
+pub enum QData {
+    /// Q4_1 blocks in 8-row tiles.
+    Q4_1(PackedQ4_1),
+    /// Q8_0 blocks in 8-row tiles.
+    Q8_0(PackedQ8_0),
+    /// Row-major f32, `rows × cols`.
+    F32(Vec<f32>),
+}
+
+/// A weight matrix of `rows` output features × `cols` input features, as stored in GGUF
+/// (`[out, in]`, each row one output feature). Immutable once built.
+#[derive(Clone)]
+pub struct QMatrix {
+    rows: usize,
+    cols: usize,
+    data: QData,
+}
+
+impl fmt::Debug for QMatrix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QMatrix")
+            .field("rows", &self.rows)
+            .field("cols", &self.cols)
+            .field("dtype", &self.dtype())
+            .field("bytes", &self.byte_size())
+            .finish()
+    }
+}
+
+impl QMatrix {
+    /// Builds a matrix from ggml tensor bytes (`rows` rows of `cols` values, row-major,
+    /// blocks of 32 for quantized types). Checks the byte length exactly and, for
+    /// quantized types, that `cols` is a multiple of 32.
+    pub fn from_ggml_bytes(
+        dtype: QDtype,
+        bytes: &[u8],
+        rows: usize,
+        cols: usize,
+    ) -> Result<Self, KernelError> {
+        if rows == 0 || cols == 0 {
+            return Err(KernelError::EmptyMatrix { rows, cols });
+        }
+        if dtype.is_quantized() && !cols.is_multiple_of(QK) {
+            return Err(KernelError::ColsNotMultipleOf32 { dtype, cols });
+        }
+        let expected = rows
+            .checked_mul(cols)
+            .and_then(|n| dtype.bytes_for(n))
+            .ok_or(KernelError::SizeOverflow { rows, cols })?;
+        if bytes.len() != expected {
+            return Err(KernelError::ByteLength {
+                dtype,
+                rows,
+                cols,
+                expected,
+                actual: bytes.len(),
+            });
+        }
+        let data = match dtype {
+            QDtype::F32 => QData::F32(
+                bytes
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect(),
+            ),
+            QDtype::F16 => QData::F32(
+                bytes
+                    .chunks_exact(2)
+                    .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
+                    .collect(),
+            ),
+            QDtype::Q4_1 => QData::Q4_1(PackedQ4_1::pack(bytes, rows, cols)),
+            QDtype::Q8_0 => QData::Q8_0(PackedQ8_0::pack(bytes, rows, cols)),
+        };
+        Ok(QMatrix { rows, cols, data })
+    }
+
+    /// Builds a matrix from a 2-D candle tensor read from GGUF (shape `[rows, cols]`).
+    /// Supports Q4_1, Q8_0, F32 and F16; other types give [`KernelError::UnsupportedDtype`]
+    /// (dequantize them and use [`QMatrix::from_f32`] if needed).
+    pub fn from_qtensor(t: &QTensor) -> Result<Self, KernelError> {
+        let dims = t.shape().dims();
+        let &[rows, cols] = dims else {
+            return Err(KernelError::NotAMatrix(dims.to_vec()));
+        };
+        let dtype = QDtype::try_from(t.dtype())?;
+        let bytes = t.data().map_err(|e| KernelError::Tensor(e.to_string()))?;
+        Self::from_ggml_bytes(dtype, &bytes, rows, cols)
+    }
+
+    /// Builds an f32 matrix from row-major values (`values.len() == rows · cols`; any
+    /// `cols` is accepted).
+    pub fn from_f32(rows: usize, cols: usize, values: Vec<f32>) -> Result<Self, KernelError> {
+        if rows == 0 || cols == 0 {
+            return Err(KernelError::EmptyMatrix { rows, cols });
+        }
+        let expected = rows
+            .checked_mul(cols)
+            .ok_or(KernelError::SizeOverflow { rows, cols })?;
+        if values.len() != expected {
+            return Err(KernelError::ValueCount {
+                rows,
+                cols,
+                expected,
+                actual: values.len(),
+            });
+        }
+        Ok(QMatrix {
+            rows,
+            cols,
+            data: QData::F32(values),
+        })
+    }
+
+    /// Output features.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Input features.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// The storage format (F16 input is stored as F32).
+    pub fn dtype(&self) -> QDtype {
+        match self.data {
+            QData::Q4_1(_) => QDtype::Q4_1,
+            QData::Q8_0(_) => QDtype::Q8_0,
+            QData::F32(_) => QDtype::F32,
+        }
+    }
+
+    /// The weights.
+    pub fn data(&self) -> &QData {
+        &self.data
+    }
+
+    /// Bytes of weight storage held (including the zero padding of a partial last tile).
+    pub fn byte_size(&self) -> usize {
+        match &self.data {
+            QData::Q4_1(p) => p.byte_size(),
+            QData::Q8_0(p) => p.byte_size(),
+            QData::F32(v) => std::mem::size_of_val(v.as_slice()),
+        }
+    }
+
+    /// The weights as ggml bytes in the file's layout (the inverse of
+    /// [`QMatrix::from_ggml_bytes`] with [`QMatrix::dtype`]).
+    pub fn to_ggml_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        match &self.data {
+            QData::Q4_1(p) => p.ggml_bytes(0..self.rows, self.cols, &mut out),
+            QData::Q8_0(p) => p.ggml_bytes(0..self.rows, self.cols, &mut out),
+            QData::F32(v) => out.extend(v.iter().flat_map(|x| x.to_le_bytes())),
+        }
+        out
+    }
+
+    /// Writes row `row`, dequantized as ggml does, into `out` (`cols` values). Used for
+    /// embedding lookups, where `row` is a token id and may come from outside.
+    pub fn row_f32_into(&self, row: usize, out: &mut [f32]) -> Result<(), KernelError> {
+        if row >= self.rows {
+            return Err(KernelError::RowOutOfRange {
+                row,
+                rows: self.rows,
+            });
+        }
+        if out.len() != self.cols {
+            return Err(KernelError::OutputLength {
+                expected: self.cols,
+                actual: out.len(),
+            });
+        }
+        match &self.data {
+            QData::Q4_1(p) => p.dequantize_row(row, self.cols, out),
+            QData::Q8_0(p) => p.dequantize_row(row, self.cols, out),
+            QData::F32(v) => out.copy_from_slice(&v[row * self.cols..(row + 1) * self.cols]),
+        }
+        Ok(())
+    }
+
+    /// Row `row` dequantized (see [`QMatrix::row_f32_into`]).
+    pub fn row_f32(&self, row: usize) -> Result<Vec<f32>, KernelError> {
+        let mut out = vec![0f32; self.cols];
+        self.row_f32_into(row, &mut out)?;
+        Ok(out)
+    }
+
+    /// The same matrix with every weight dequantized to f32.
+    pub fn dequantize(&self) -> QMatrix {
+        let mut values = vec![0f32; self.rows * self.cols];
+        for (row, out) in values.chunks_exact_mut(self.cols).enumerate() {
+            // Cannot fail: `row < rows` and `out.len() == cols`.
+            let _ = self.row_f32_into(row, out);
+        }
+        QMatrix {
+            rows: self.rows,
+            cols: self.cols,
+            data: QData::F32(values),
+        }
+    }
+
+    /// Stacks matrices of one format and column count on top of each other (rows of
+    /// `parts[0]` first), e.g. to fuse the q, k and v projections into one product.
+    /// Quantized blocks are copied, never requantized.
+    pub fn concat_rows(parts: &[&QMatrix]) -> Result<QMatrix, KernelError> {
+        let Some(first) = parts.first() else {
+            return Err(KernelError::EmptyMatrix { rows: 0, cols: 0 });
+        };
+        let (cols, dtype) = (first.cols, first.dtype());
+        for p in parts {
+            if p.cols != cols || p.dtype() != dtype {
+                return Err(KernelError::ConcatMismatch(format!(
+                    "{:?} with {} columns after {:?} with {} columns",
+                    p.dtype(),
+                    p.cols,
+                    dtype,
+                    cols
+                )));
+            }
+        }
+        let rows = parts
+            .iter()
+            .try_fold(0usize, |acc, p| acc.checked_add(p.rows))
+            .ok_or(KernelError::SizeOverflow {
+                rows: usize::MAX,
+                cols,
+            })?;
+        if let QData::F32(_) = first.data {
+            let mut values = Vec::with_capacity(rows * cols);
+            for p in parts {
+                if let QData::F32(v) = &p.data {
+                    values.extend_from_slice(v);
+                }
+            }
+            return QMatrix::from_f32(rows, cols, values);
+        }
+        let mut bytes = Vec::new();
+        for p in parts {
+            match &p.data {
+                QData::Q4_1(q) => q.ggml_bytes(0..p.rows, cols, &mut bytes),
+                QData::Q8_0(q) => q.ggml_bytes(0..p.rows, cols, &mut bytes),
+                QData::F32(_) => {}
+            }
+        }
+        QMatrix::from_ggml_bytes(dtype, &bytes, rows, cols)
+    }
+}
+
+/// Reusable buffers of [`matmul_with_scratch`]: the quantized activations and, for
+/// batches split over weight-row groups, the per-group results. They only grow.
+#[derive(Default)]
+pub struct MatmulScratch {
+    acts: Vec<Q8Block>,
+    tmp: Vec<f32>,
+}
+
+impl fmt::Debug for MatmulScratch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MatmulScratch")
+            .field("act_blocks", &self.acts.len())
+            .field("tmp", &self.tmp.len())
+            .finish()
+    }
+}
+
+impl MatmulScratch {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Heap bytes held.
+    pub fn byte_size(&self) -> usize {
+        self.acts.capacity() * std::mem::size_of::<Q8Block>() + self.tmp.capacity() * 4
+    }
+}
+
+thread_local! {
+    static SCRATCH: RefCell<MatmulScratch> = RefCell::new(MatmulScratch::new());
+}
+
+/// `out = x · Wᵀ` for `t` activation rows: `x` is `t × w.cols()` row-major, `out` is
+/// `t × w.rows()`. Uses a per-thread scratch buffer and [`kernel_path`]. `t == 0` is an
+/// empty batch and succeeds without writing.
+pub fn matmul(w: &QMatrix, x: &[f32], t: usize, out: &mut [f32]) -> Result<(), KernelError> {
+    SCRATCH.with(|s| match s.try_borrow_mut() {
+        Ok(mut s) => matmul_with_scratch(w, x, t, out, &mut s),
+        // Re-entered on this thread (a rayon task stolen while waiting): use a fresh one.
+        Err(_) => matmul_with_scratch(w, x, t, out, &mut MatmulScratch::new()),
+    })
+}
+
+/// [`matmul`] with caller-owned scratch buffers, so the hot loop does not allocate.
+pub fn matmul_with_scratch(
+    w: &QMatrix,
+    x: &[f32],
+    t: usize,
+    out: &mut [f32],
+    scratch: &mut MatmulScratch,
+) -> Result<(), KernelError> {
+    matmul_on_path(kernel_path(), w, x, t, out, scratch)
+}
+
+/// [`matmul_with_scratch`] on an explicit kernel path (for tests and benchmarks).
+pub fn matmul_on_path(
+    path: KernelPath,
+    w: &QMatrix,
+    x: &[f32],
+    t: usize,
+    out: &mut [f32],
+    scratch: &mut MatmulScratch,
+) -> Result<(), KernelError> {
+    if !path.is_available() {
+        return Err(KernelError::PathUnavailable(path));
+    }
+    let (rows, cols) = (w.rows, w.cols);
+    let x_len = t
+        .checked_mul(cols)
+        .ok_or(KernelError::SizeOverflow { rows: t, cols })?;
+    if x.len() != x_len {
+        return Err(KernelError::InputLength {
+            expected: x_len,
+            actual: x.len(),
+        });
+    }
+    let out_len = t.checked_mul(rows).ok_or(KernelError::SizeOverflow {
+        rows: t,
+        cols: rows,
+    })?;
+    if out.len() != out_len {
+        return Err(KernelError::OutputLength {
+            expected: out_len,
+            actual: out.len(),
+        });
+    }
+    if t == 0 {
+        return Ok(());
+    }
+    let MatmulScratch { acts, tmp } = scratch;
+    let work = match &w.data {
+        QData::F32(v) => Work::F32 { w: v, x },
+        QData::Q4_1(p) => Work::Q4_1 {
+            tiles: p.tiles(),
+            acts: quantize_acts(path, x, t, cols, acts),
+        },
+        QData::Q8_0(p) => Work::Q8_0 {
+            tiles: p.tiles(),
+            acts: quantize_acts(path, x, t, cols, acts),
+        },
+    };
+    let job = Job {
+        work,
+        path,
+        rows,
+        cols,
+    };
+    job.execute(t, out, tmp);
+    Ok(())
+}
+
+/// Quantizes the `t` rows of `x` into the scratch buffer (in parallel for large batches)
+/// and returns the filled part.
+fn quantize_acts<'s>(
+    path: KernelPath,
+    x: &[f32],
+    t: usize,
+    cols: usize,
+    acts: &'s mut Vec<Q8Block>,
+) -> &'s [Q8Block] {
+    let nb = cols / QK;
+    if acts.len() < t * nb {
+        acts.resize(t * nb, Q8Block::default());
+    }
+    let acts = &mut acts[..t * nb];
+    let avx2 = path == KernelPath::Avx2;
+    if t >= ACT_SPLIT_MIN_T && rayon::current_num_threads() > 1 {
+        let per = t.div_ceil(rayon::current_num_threads() * TASKS_PER_THREAD);
+        acts.par_chunks_mut(per * nb)
+            .zip(x.par_chunks(per * cols))
+            .for_each(|(a, x)| quant::quantize_row(avx2, x, a));
+    } else {
+        quant::quantize_row(avx2, x, acts);
+    }
+    acts
+}
+
+/// Weights with their (quantized) activations.
+#[derive(Clone, Copy)]
+enum Work<'a> {
+    Q4_1 {
+        tiles: &'a [q4_1::Q4_1x8],
+        acts: &'a [Q8Block],
+    },
+    Q8_0 {
+        tiles: &'a [q8_0::Q8_0x8],
+        acts: &'a [Q8Block],
+    },
+    F32 {
+        w: &'a [f32],
+        x: &'a [f32],
+    },
+}
+
+/// One product to compute.
+struct Job<'a> {
+    work: Work<'a>,
+    path: KernelPath,
+    rows: usize,
+    cols: usize,
+}
+
+impl Job<'_> {
+    /// Computes the outputs of weight-row groups `groups` for activation rows `act_rows`.
+    fn run(&self, groups: Range<usize>, act_rows: Range<usize>, sink: &mut Sink<'_>) {
+        let nb = self.cols / QK;
+        #[cfg(target_arch = "x86_64")]
+        if self.path == KernelPath::Avx2 {
+            // SAFETY: `matmul_on_path` only builds a job on the AVX2 path after
+            // `KernelPath::Avx2.is_available()`, i.e. runtime detection of avx2, fma, f16c.
+            unsafe {
+                match self.work {
+                    Work::Q4_1 { tiles, acts } => {
+                        q4_1::run_avx2(tiles, nb, acts, groups, act_rows, sink)
+                    }
+                    Work::Q8_0 { tiles, acts } => {
+                        q8_0::run_avx2(tiles, nb, acts, groups, act_rows, sink)
+                    }
+                    Work::F32 { w, x } => {
+                        dense::run_avx2(w, self.rows, self.cols, x, groups, act_rows, sink)
+                    }
+                }
+            }
+            return;
+        }
+        match self.work {
+            Work::Q4_1 { tiles, acts } => q4_1::run_scalar(tiles, nb, acts, groups, act_rows, sink),
+            Work::Q8_0 { tiles, acts } => q8_0::run_scalar(tiles, nb, acts, groups, act_rows, sink),
+            Work::F32 { w, x } => {
+                dense::run_scalar(w, self.rows, self.cols, x, groups, act_rows, sink)
+            }
+        }
+    }
+
+    /// Runs the whole product, choosing how to split it across the rayon pool.
+    fn execute(&self, t: usize, out: &mut [f32], tmp: &mut Vec<f32>) {
+        let rows = self.rows;
+        let groups = rows.div_ceil(GROUP);
+        let threads = rayon::current_num_threads();
+        let macs = t.saturating_mul(rows).saturating_mul(self.cols);
+        if threads <= 1 || macs < PAR_MIN_MACS {
+            self.run(0..groups, 0..t, &mut |g, i, v| put(out, rows, g, i, v));
+        } else if t >= ACT_SPLIT_MIN_T {
+            // Each task owns whole output rows; tiles of four activation rows stay full.
+            let per = t.div_ceil(threads * TASKS_PER_THREAD).next_multiple_of(4);
+            out.par_chunks_mut(per * rows)
+                .enumerate()
+                .for_each(|(c, chunk)| {
+                    let i0 = c * per;
+                    let n = chunk.len() / rows;
+                    self.run(0..groups, i0..i0 + n, &mut |g, i, v| {
+                        put(chunk, rows, g, i - i0, v)
+                    });
+                });
+        } else {
+            // Each task owns a range of weight-row groups; results go through `tmp`
+            // (laid out group-major) and are scattered into `out` afterwards.
+            let per = groups.div_ceil(threads * TASKS_PER_THREAD);
+            if tmp.len() < groups * t * GROUP {
+                tmp.resize(groups * t * GROUP, 0.0);
+            }
+            let tmp = &mut tmp[..groups * t * GROUP];
+            tmp.par_chunks_mut(per * t * GROUP)
+                .enumerate()
+                .for_each(|(c, chunk)| {
+                    let g0 = c * per;
+                    let n = chunk.len() / (t * GROUP);
+                    self.run(g0..g0 + n, 0..t, &mut |g, i, v| {
+                        let at = ((g - g0) * t + i) * GROUP;
+                        chunk[at..at + GROUP].copy_from_slice(v)
+                    });
+                });
+            for (g, per_group) in tmp.chunks_exact(t * GROUP).enumerate() {
+                for (i, v) in per_group.chunks_exact(GROUP).enumerate() {
+                    put(out, rows, g, i, v);
+                }
+            }
+        }
+    }
+}
+
+/// Stores the valid part of a group's 8 results for activation row `i` into `out`
+/// (`rows` values per activation row).
+#[inline(always)]
+fn put(out: &mut [f32], rows: usize, g: usize, i: usize, v: &[f32]) {
+    let c0 = g * GROUP;
+    let n = GROUP.min(rows - c0);
+    out[i * rows + c0..i * rows + c0 + n].copy_from_slice(&v[..n]);
+}
