@@ -35,7 +35,7 @@ fn cancelling_100_in_flight_sequences_returns_the_pool_to_idle() {
     // Wait until some are decoding, then cancel every one: half explicitly,
     // half by dropping the handle.
     assert!(matches!(handles[0].next_blocking(), Some(EngineEvent::Delta { .. })));
-    assert!(engine.stats().kv_blocks_used > 0);
+    wait_until(|| engine.stats().kv_blocks_used > 0, "blocks in use");
     for h in handles.iter().step_by(2) {
         h.cancel();
     }
@@ -145,6 +145,7 @@ fn a_full_waiting_queue_is_a_typed_refusal() {
     let engine = engine(EngineConfig {
         max_num_seqs: 1,
         max_waiting_requests: 1,
+        interactive_reserve_share: 0.0,
         ..EngineConfig::default()
     });
     let prompt = chat_prompt(&engine, "Hello");

@@ -23,7 +23,6 @@ use crate::stop::{StopMatcher, StopOutcome};
 struct SeqState {
     events: tmpsc::UnboundedSender<EngineEvent>,
     params: SamplingParams,
-    lane: Lane,
     rng: SeqRng,
     detok: IncrementalDetokenizer,
     stop: StopMatcher,
@@ -163,7 +162,7 @@ impl EngineCore {
             } => self.admit(seq, request, events, submitted_at),
             Command::Cancel(seq) => self.finish(seq, FinishReason::Cancelled),
             Command::Preempt(seq) => {
-                if self.sched.preempt(seq).is_ok() {
+                if self.sched.preempt_now(seq).is_ok() {
                     self.note_preempted(seq);
                 }
             }
@@ -218,7 +217,6 @@ impl EngineCore {
                 detok: IncrementalDetokenizer::new(true),
                 stop: StopMatcher::new(params.stop.clone()),
                 stop_ids,
-                lane: request.lane(),
                 prompt_len: request.prompt().len(),
                 generated: 0,
                 pending_ids: Vec::new(),
@@ -235,7 +233,6 @@ impl EngineCore {
     fn note_preempted(&mut self, seq: SeqId) {
         if let Some(s) = self.seqs.get_mut(&seq) {
             s.preemptions += 1;
-            self.stats.lane_mut(s.lane).preemptions_total += 1;
         }
     }
 
@@ -273,9 +270,9 @@ impl EngineCore {
             .chunks
             .iter()
             .map(|c| ForwardChunk {
-                tokens: &self.sched.tokens(c.seq)[c.start..c.start + c.len],
+                tokens: self.sched.chunk_tokens(c).unwrap_or(&[]),
                 start_pos: c.start,
-                block_table: self.sched.block_table(c.seq),
+                block_table: self.sched.block_table(c.seq).unwrap_or(&[]),
                 logits: c.sample,
             })
             .collect();
@@ -331,7 +328,7 @@ impl EngineCore {
             s.first_token_at = Some(Instant::now());
         }
         if s.stop_ids.contains(&tok) {
-            let tail = s.detok.flush(&self.model.tokenizer).unwrap_or_default();
+            let tail = s.detok.flush(&self.model.tokenizer).ok().flatten().unwrap_or_default();
             let mut text = match s.stop.push(&tail) {
                 StopOutcome::Continue(t) | StopOutcome::Stopped(t) => t,
             };
@@ -362,7 +359,7 @@ impl EngineCore {
         }
         let at_length = s.generated >= s.params.max_tokens;
         if at_length && !stopped {
-            let tail = s.detok.flush(&self.model.tokenizer).unwrap_or_default();
+            let tail = s.detok.flush(&self.model.tokenizer).ok().flatten().unwrap_or_default();
             match s.stop.push(&tail) {
                 StopOutcome::Continue(t) => {
                     out.push_str(&t);
@@ -428,28 +425,30 @@ impl EngineCore {
     }
 
     fn refresh_gauges(&mut self) {
-        let g = self.sched.gauges();
+        let g = self.sched.stats();
         for lane in Lane::ALL {
             let l = self.stats.lane_mut(lane);
-            l.running = g.running(lane);
-            l.waiting = g.waiting(lane);
-            l.waiting_tokens = g.waiting_tokens(lane);
+            l.running = g.running[lane];
+            l.waiting = g.waiting[lane];
+            l.preemptions_total = g.preemptions[lane];
         }
-        self.stats.kv_blocks_total = g.blocks_total;
-        self.stats.kv_blocks_used = g.blocks_used;
-        self.stats.kv_blocks_free = g.blocks_total - g.blocks_used;
-        self.stats.prefix_cache_queries = g.prefix_queries;
-        self.stats.prefix_cache_hits = g.prefix_hits;
+        self.stats.waiting_tokens = g.waiting_tokens;
+        self.stats.kv_blocks_total = g.kv.total;
+        self.stats.kv_blocks_used = g.kv.used;
+        self.stats.kv_blocks_free = g.kv.free + g.kv.cached_evictable;
+        self.stats.prefix_cache_queries = g.kv.prefix_queries;
+        self.stats.prefix_cache_hits = g.kv.prefix_hits;
     }
 }
 
 /// The prefix-cache hash chain is seeded by the model's identity, so blocks of
 /// one revision can never satisfy a lookup for another.
-fn revision_salt(sha256_hex: &str) -> u64 {
-    let bytes = hex::decode(sha256_hex.get(..16).unwrap_or("0")).unwrap_or_default();
-    let mut b = [0u8; 8];
-    for (i, x) in bytes.iter().take(8).enumerate() {
-        b[i] = *x;
+fn revision_salt(sha256_hex: &str) -> [u8; 32] {
+    let mut salt = [0u8; 32];
+    if let Ok(bytes) = hex::decode(sha256_hex) {
+        for (dst, src) in salt.iter_mut().zip(bytes) {
+            *dst = src;
+        }
     }
-    u64::from_le_bytes(b)
+    salt
 }

@@ -10,7 +10,6 @@ use crate::ids::Lane;
 pub struct LaneStats {
     pub running: usize,
     pub waiting: usize,
-    pub waiting_tokens: usize,
     pub preemptions_total: u64,
 }
 
@@ -18,6 +17,8 @@ pub struct LaneStats {
 pub struct EngineStats {
     pub interactive: LaneStats,
     pub batch: LaneStats,
+    /// Prompt + max tokens of every waiting request, both lanes.
+    pub waiting_tokens: usize,
     pub kv_blocks_total: usize,
     pub kv_blocks_used: usize,
     pub kv_blocks_free: usize,

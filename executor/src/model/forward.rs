@@ -125,7 +125,10 @@ impl Model {
         let mut r = 0;
         for ch in chunks {
             for &tok in ch.tokens {
-                self.weights.embed.row_into(tok as usize, &mut ws.x[r * h..(r + 1) * h]);
+                self.weights
+                    .embed
+                    .row_f32_into(tok as usize, &mut ws.x[r * h..(r + 1) * h])
+                    .map_err(|e| ForwardError::Kernel(e.to_string()))?;
                 r += 1;
             }
         }

@@ -88,7 +88,7 @@ impl Model {
             .cloned()
             .unwrap_or_else(|| path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default());
         let precision = match opts.weights {
-            WeightMode::Native => weights.layers[0].qkv.format_name().to_string(),
+            WeightMode::Native => format!("{:?}", weights.layers[0].qkv.dtype()).to_lowercase(),
             WeightMode::DequantizedF32 => "f32".to_string(),
         };
         let identity = ModelIdentity {

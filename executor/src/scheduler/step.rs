@@ -299,6 +299,25 @@ impl Scheduler {
         });
     }
 
+    /// Preempts a running sequence now, outside a step, exactly as memory
+    /// pressure would (the engine's test hook). Refused for a sequence that is
+    /// not running.
+    pub fn preempt_now(&mut self, id: SeqId) -> Result<(), super::SchedulerError> {
+        match self.seqs.get(&id) {
+            None => return Err(super::SchedulerError::UnknownSeq(id)),
+            Some(seq) if seq.status != SeqStatus::Running => {
+                return Err(super::SchedulerError::NotRunning(id));
+            }
+            Some(_) => {}
+        }
+        let mut step = Step {
+            plan: StepPlan::default(),
+            budget: 0,
+        };
+        self.preempt(id, &mut step);
+        Ok(())
+    }
+
     /// Preempts a running sequence by recompute: it releases its blocks, drops
     /// any chunk planned for it this step, and waits at the front of its lane.
     fn preempt(&mut self, id: SeqId, step: &mut Step) {
