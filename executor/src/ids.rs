@@ -26,7 +26,9 @@ impl BlockId {
 
 /// Which lane a sequence belongs to. Interactive work has reserved headroom;
 /// batch work borrows what is left and is preempted first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Lane {
     Interactive,

@@ -36,7 +36,7 @@ pub use sequence::{SeqSpec, SeqStatus, Sequence};
 pub use stats::{PerLane, SchedulerStats};
 
 use crate::ids::{BlockId, Lane, SeqId};
-use crate::kv::{BlockManager, blocks_for};
+use crate::kv::{BlockManager, KvError, blocks_for};
 use queue::TenantQueue;
 use sequence::max_kv_tokens;
 
@@ -100,7 +100,10 @@ impl Scheduler {
             config.enable_prefix_caching,
             config.revision_salt,
         )
-        .map_err(|_| ConfigError::ZeroBlocks)?;
+        .map_err(|e| match e {
+            KvError::TooManyBlocks(n) => ConfigError::TooManyBlocks(n),
+            _ => ConfigError::ZeroBlocks,
+        })?;
         Ok(Self {
             config,
             limits,

@@ -29,12 +29,6 @@ impl ScheduledChunk {
     pub fn positions(&self) -> Range<usize> {
         self.start..self.start + self.len
     }
-
-    /// The chunk continues a sequence with KV already written (decode or a
-    /// later prefill chunk), as opposed to starting from position 0.
-    pub fn has_context(&self) -> bool {
-        self.start > 0
-    }
 }
 
 /// Why a sequence was aborted by the scheduler.

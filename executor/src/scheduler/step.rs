@@ -21,10 +21,11 @@
 //! Preemption is by recompute (vLLM's default): the victim releases every block
 //! and returns to the front of its lane's queue with its tokens kept and
 //! `num_computed == 0`; on readmission the prefix cache usually returns most of
-//! its blocks. A running sequence that cannot get blocks first preempts batch
-//! sequences if it is interactive (newest first), then runs a shorter chunk if
-//! any token fits, then preempts newer sequences of its own lane (newest
-//! first), and finally preempts itself. It never preempts an older sequence of
+//! its blocks. A running sequence that cannot get blocks for its chunk, if it
+//! is interactive, first preempts batch sequences (newest first) as long as
+//! batch holds enough to cover the shortfall or nothing fits otherwise; then it
+//! runs a shorter chunk if any token fits; then it preempts newer sequences of
+//! its own lane (newest first); and finally it preempts itself. It never preempts an older sequence of
 //! its own lane, so the oldest sequence of each lane always progresses, and
 //! batch never preempts interactive. A sequence whose tokens need more blocks
 //! than its lane may ever hold is aborted rather than preempted forever.
