@@ -361,6 +361,34 @@ fn every_row_is_bitwise_independent_of_its_batch_threads_and_split() {
     }
 }
 
+/// A matrix too large to be re-read per task (like the output head) is split by weight
+/// rows in rounds of activation rows; a round of one row writes the output directly.
+#[test]
+fn rows_of_a_large_head_matrix_are_bitwise_independent_of_their_batch() {
+    let (rows, cols) = (16_003, 256);
+    let w = random_matrix(QDtype::Q8_0, rows, cols, 77);
+    assert!(w.byte_size() > 4 << 20);
+    for path in paths() {
+        for t in [1usize, 3, 65, 130] {
+            let x = Rng::new(t as u64).activations(t * cols);
+            let mut by_pool = Vec::new();
+            for threads in [1, 2] {
+                let pool = pool(threads);
+                let batch = pool.install(|| run(path, &w, &x, t));
+                for i in (0..t).step_by(7).chain([t - 1]) {
+                    let alone = pool.install(|| run(path, &w, &x[i * cols..(i + 1) * cols], 1));
+                    assert!(
+                        bits_eq(&batch[i * rows..(i + 1) * rows], &alone),
+                        "{path:?} t={t} threads={threads} row {i}"
+                    );
+                }
+                by_pool.push(batch);
+            }
+            assert!(bits_eq(&by_pool[0], &by_pool[1]), "{path:?} t={t}");
+        }
+    }
+}
+
 #[test]
 fn avx2_and_scalar_paths_agree_to_float_rounding() {
     if !KernelPath::Avx2.is_available() {

@@ -56,10 +56,22 @@ const _: () = assert!(q4_1::GROUP == GROUP && q8_0::GROUP == GROUP && dense::GRO
 /// Products with fewer multiply-adds than this run on the calling thread: below it the
 /// fork/join latency is comparable to the work.
 pub const PAR_MIN_MACS: usize = 1 << 18;
-/// Batches at least this large are split across threads by activation rows.
+/// Batches at least this large are split across threads by activation rows, when the
+/// weights are small enough to be re-read from cache by every task.
 pub const ACT_SPLIT_MIN_T: usize = 32;
+/// Largest weight matrix (bytes) split by activation rows; larger ones (the output head)
+/// are always split by weight rows so they are streamed from memory once per round.
+const ACT_SPLIT_MAX_WEIGHT_BYTES: usize = 4 << 20;
+/// Fewest activation rows per task when splitting by activation rows.
+const ACT_SPLIT_MIN_ROWS: usize = 8;
+/// Most activation rows per round when splitting by weight rows (bounds the scratch).
+const GROUP_SPLIT_MAX_T: usize = 64;
 /// Tasks per pool thread, so a slow core (the machine is shared) does not stall the call.
 const TASKS_PER_THREAD: usize = 4;
+/// Weight bytes per cache block (kept in L2 across a block of activation rows).
+const L2_BLOCK_BYTES: usize = 256 << 10;
+/// Quantized activation bytes per cache block (kept in L1 across a weight group).
+const L1_BLOCK_BYTES: usize = 8 << 10;
 
 /// Receives one kernel step's results: (weight-row group, activation row, 8 outputs).
 pub(crate) type Sink<'a> = dyn FnMut(usize, usize, &[f32; GROUP]) + 'a;
@@ -596,6 +608,31 @@ impl Job<'_> {
         }
     }
 
+    /// [`Job::run`] in cache blocks: a chunk of weight groups sized to stay in L2, and
+    /// within it chunks of activation rows sized to stay in L1, so large batches do not
+    /// stream every activation row past every weight group from L2.
+    fn run_blocked(&self, groups: Range<usize>, act_rows: Range<usize>, sink: &mut Sink<'_>) {
+        let nb = self.cols.div_ceil(QK);
+        let (group_bytes, act_row_bytes) = match self.work {
+            Work::Q4_1 { .. } => (nb * size_of::<q4_1::Q4_1x8>(), nb * size_of::<Q8Block>()),
+            Work::Q8_0 { .. } => (nb * size_of::<q8_0::Q8_0x8>(), nb * size_of::<Q8Block>()),
+            Work::F32 { .. } => (GROUP * self.cols * 4, self.cols * 4),
+        };
+        let group_block = (L2_BLOCK_BYTES / group_bytes).max(1);
+        let row_block = ((L1_BLOCK_BYTES / act_row_bytes) & !3).max(4);
+        let mut g0 = groups.start;
+        while g0 < groups.end {
+            let g1 = groups.end.min(g0 + group_block);
+            let mut r0 = act_rows.start;
+            while r0 < act_rows.end {
+                let r1 = act_rows.end.min(r0 + row_block);
+                self.run(g0..g1, r0..r1, sink);
+                r0 = r1;
+            }
+            g0 = g1;
+        }
+    }
+
     /// Runs the whole product, choosing how to split it across the rayon pool.
     fn execute(&self, t: usize, out: &mut [f32], tmp: &mut Vec<f32>) {
         let rows = self.rows;
@@ -603,51 +640,83 @@ impl Job<'_> {
         let threads = rayon::current_num_threads();
         let macs = t.saturating_mul(rows).saturating_mul(self.cols);
         if threads <= 1 || macs < PAR_MIN_MACS {
-            self.run(0..groups, 0..t, &mut |g, i, v| put(out, rows, g, i, v));
-        } else if t >= ACT_SPLIT_MIN_T {
-            // Each task owns whole output rows; tiles of four activation rows stay full.
-            let per = t.div_ceil(threads * TASKS_PER_THREAD).next_multiple_of(4);
+            self.run_blocked(0..groups, 0..t, &mut |g, i, v| put(out, rows, 0, g, i, v));
+        } else if t >= ACT_SPLIT_MIN_T && self.weight_bytes() <= ACT_SPLIT_MAX_WEIGHT_BYTES {
+            // Each task owns whole output rows and re-reads the (cache-resident) weights.
+            let per = t
+                .div_ceil(threads * TASKS_PER_THREAD)
+                .next_multiple_of(4)
+                .max(ACT_SPLIT_MIN_ROWS);
             out.par_chunks_mut(per * rows)
                 .enumerate()
                 .for_each(|(c, chunk)| {
                     let i0 = c * per;
                     let n = chunk.len() / rows;
-                    self.run(0..groups, i0..i0 + n, &mut |g, i, v| {
-                        put(chunk, rows, g, i - i0, v)
+                    self.run_blocked(0..groups, i0..i0 + n, &mut |g, i, v| {
+                        put(chunk, rows, 0, g, i - i0, v)
                     });
                 });
         } else {
-            // Each task owns a range of weight-row groups; results go through `tmp`
-            // (laid out group-major) and are scattered into `out` afterwards.
+            // Each task owns a range of weight-row groups, so the weights are streamed once
+            // per round of at most GROUP_SPLIT_MAX_T activation rows.
             let per = groups.div_ceil(threads * TASKS_PER_THREAD);
-            if tmp.len() < groups * t * GROUP {
-                tmp.resize(groups * t * GROUP, 0.0);
-            }
-            let tmp = &mut tmp[..groups * t * GROUP];
-            tmp.par_chunks_mut(per * t * GROUP)
-                .enumerate()
-                .for_each(|(c, chunk)| {
-                    let g0 = c * per;
-                    let n = chunk.len() / (t * GROUP);
-                    self.run(g0..g0 + n, 0..t, &mut |g, i, v| {
-                        let at = ((g - g0) * t + i) * GROUP;
-                        chunk[at..at + GROUP].copy_from_slice(v)
-                    });
-                });
-            for (g, per_group) in tmp.chunks_exact(t * GROUP).enumerate() {
-                for (i, v) in per_group.chunks_exact(GROUP).enumerate() {
-                    put(out, rows, g, i, v);
+            for (r, out) in out.chunks_mut(GROUP_SPLIT_MAX_T * rows).enumerate() {
+                let i0 = r * GROUP_SPLIT_MAX_T;
+                let t = out.len() / rows;
+                if t == 1 {
+                    // One output row: tasks own disjoint column ranges of it directly.
+                    out.par_chunks_mut(per * GROUP)
+                        .enumerate()
+                        .for_each(|(c, chunk)| {
+                            let g0 = c * per;
+                            let n = chunk.len().div_ceil(GROUP);
+                            self.run_blocked(g0..g0 + n, i0..i0 + 1, &mut |g, _, v| {
+                                put(chunk, chunk.len(), g0, g, 0, v)
+                            });
+                        });
+                    continue;
                 }
+                // Results go through `tmp`, group-major, then are gathered row by row.
+                if tmp.len() < groups * t * GROUP {
+                    tmp.resize(groups * t * GROUP, 0.0);
+                }
+                let tmp = &mut tmp[..groups * t * GROUP];
+                tmp.par_chunks_mut(per * t * GROUP)
+                    .enumerate()
+                    .for_each(|(c, chunk)| {
+                        let g0 = c * per;
+                        let n = chunk.len() / (t * GROUP);
+                        self.run_blocked(g0..g0 + n, i0..i0 + t, &mut |g, i, v| {
+                            let at = ((g - g0) * t + i - i0) * GROUP;
+                            chunk[at..at + GROUP].copy_from_slice(v)
+                        });
+                    });
+                let tmp = &*tmp;
+                out.par_chunks_mut(rows).enumerate().for_each(|(i, row)| {
+                    for (g, per_group) in tmp.chunks_exact(t * GROUP).enumerate() {
+                        put(row, rows, 0, g, 0, &per_group[i * GROUP..(i + 1) * GROUP]);
+                    }
+                });
             }
+        }
+    }
+
+    fn weight_bytes(&self) -> usize {
+        let nb = self.cols.div_ceil(QK);
+        let groups = self.rows.div_ceil(GROUP);
+        match self.work {
+            Work::Q4_1 { .. } => groups * nb * size_of::<q4_1::Q4_1x8>(),
+            Work::Q8_0 { .. } => groups * nb * size_of::<q8_0::Q8_0x8>(),
+            Work::F32 { .. } => self.rows * self.cols * 4,
         }
     }
 }
 
-/// Stores the valid part of a group's 8 results for activation row `i` into `out`
-/// (`rows` values per activation row).
+/// Stores the valid part of group `g`'s 8 results for activation row `i` into `out`, a
+/// buffer of `width` values per activation row whose first column is that of group `g0`.
 #[inline(always)]
-fn put(out: &mut [f32], rows: usize, g: usize, i: usize, v: &[f32]) {
-    let c0 = g * GROUP;
-    let n = GROUP.min(rows - c0);
-    out[i * rows + c0..i * rows + c0 + n].copy_from_slice(&v[..n]);
+fn put(out: &mut [f32], width: usize, g0: usize, g: usize, i: usize, v: &[f32]) {
+    let c0 = (g - g0) * GROUP;
+    let n = GROUP.min(width - c0);
+    out[i * width + c0..i * width + c0 + n].copy_from_slice(&v[..n]);
 }
