@@ -10,16 +10,20 @@ use std::time::{Duration, Instant};
 
 use stoker_executor::chat_template::ChatMessage;
 use stoker_executor::{
-    Engine, EngineConfig, EngineEvent, Lane, LoadOptions, Model, SamplingParams, TenantId, ValidRequest,
+    Engine, EngineConfig, EngineEvent, Lane, LoadOptions, Model, SamplingParams, TenantId,
+    ValidRequest,
 };
 
 const PROMPT_TOKENS: usize = 128;
 const OUTPUT_TOKENS: usize = 128;
 
 fn model_path() -> PathBuf {
-    std::env::var("STOKER_MODEL").map(PathBuf::from).unwrap_or_else(|_| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf")
-    })
+    std::env::var("STOKER_MODEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../models/SmolLM2-135M-Instruct.Q4_1.gguf")
+        })
 }
 
 struct RequestTrace {
@@ -51,14 +55,24 @@ fn exact_prompt(engine: &Engine, i: usize, n: usize) -> Vec<u32> {
     ids
 }
 
-fn run(engine: &Engine, prompts: Vec<Vec<u32>>, max_tokens: usize) -> (Duration, Vec<RequestTrace>) {
+fn run(
+    engine: &Engine,
+    prompts: Vec<Vec<u32>>,
+    max_tokens: usize,
+) -> (Duration, Vec<RequestTrace>) {
     let start = Instant::now();
     let mut threads = Vec::new();
     for p in prompts {
         let mut params = SamplingParams::greedy(max_tokens);
         params.stop_at_eos = false;
-        let req =
-            ValidRequest::new(p, params, Lane::Interactive, TenantId::default(), &engine.model_limits()).unwrap();
+        let req = ValidRequest::new(
+            p,
+            params,
+            Lane::Interactive,
+            TenantId::default(),
+            &engine.model_limits(),
+        )
+        .unwrap();
         let submitted = Instant::now();
         let mut h = engine.submit(req).unwrap();
         threads.push(std::thread::spawn(move || {
@@ -96,9 +110,11 @@ fn run(engine: &Engine, prompts: Vec<Vec<u32>>, max_tokens: usize) -> (Duration,
 /// Sustained read bandwidth over a buffer far larger than the caches, using
 /// every core (as the decode step does).
 fn memory_bandwidth_gbs() -> f64 {
-    let n = 256 << 20; // 1 GiB of f32
+    let n: usize = 256 << 20; // 1 GiB of f32
     let buf: Vec<f32> = (0..n).map(|i| (i & 7) as f32).collect();
-    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     let mut best = 0f64;
     for _ in 0..3 {
         let t = Instant::now();
@@ -129,7 +145,9 @@ fn memory_bandwidth_gbs() -> f64 {
 /// Peak f32 FMA throughput of all cores on register-resident data: the
 /// compute roof the batched step is compared against.
 fn peak_gflops() -> f64 {
-    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     let iters = 20_000_000u64;
     let t = Instant::now();
     std::thread::scope(|s| {
@@ -154,7 +172,8 @@ fn peak_gflops() -> f64 {
 }
 
 fn main() {
-    let model = Model::load(&model_path(), LoadOptions::default()).expect("run scripts/fetch-model.sh first");
+    let model = Model::load(&model_path(), LoadOptions::default())
+        .expect("run scripts/fetch-model.sh first");
     let weight_bytes = model.weights.byte_size();
     let cfg = model.config.clone();
     // Multiply-adds per token in the matmuls (every layer plus the head).
@@ -172,20 +191,29 @@ fn main() {
     .unwrap();
     engine.warm_up().unwrap();
 
-    println!("## Throughput and latency ({PROMPT_TOKENS}-token prompts, {OUTPUT_TOKENS} output tokens, greedy)\n");
-    println!("| concurrency | output tok/s | ratio to c=1 | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms |");
+    println!(
+        "## Throughput and latency ({PROMPT_TOKENS}-token prompts, {OUTPUT_TOKENS} output tokens, greedy)\n"
+    );
+    println!(
+        "| concurrency | output tok/s | ratio to c=1 | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms |"
+    );
     println!("|---|---|---|---|---|---|---|");
     let mut base = None;
     let mut itl_c1 = 0.0;
     let mut itl_c32 = 0.0;
     for c in [1usize, 4, 16, 32] {
-        let prompts = (0..c).map(|i| exact_prompt(&engine, i + 100 * c, PROMPT_TOKENS)).collect();
+        let prompts = (0..c)
+            .map(|i| exact_prompt(&engine, i + 100 * c, PROMPT_TOKENS))
+            .collect();
         let (wall, traces) = run(&engine, prompts, OUTPUT_TOKENS);
         let tokens: usize = traces.iter().map(|t| t.tokens).sum();
         let tps = tokens as f64 / wall.as_secs_f64();
         let b = *base.get_or_insert(tps);
         let mut ttft: Vec<f64> = traces.iter().map(|t| t.ttft.as_secs_f64() * 1e3).collect();
-        let mut itl: Vec<f64> = traces.iter().flat_map(|t| t.itl.iter().map(|d| d.as_secs_f64() * 1e3)).collect();
+        let mut itl: Vec<f64> = traces
+            .iter()
+            .flat_map(|t| t.itl.iter().map(|d| d.as_secs_f64() * 1e3))
+            .collect();
         let itl50 = percentile(&mut itl, 50.0);
         if c == 1 {
             itl_c1 = itl50;
@@ -203,7 +231,9 @@ fn main() {
     }
     drop(engine);
 
-    println!("\n## Prefix caching: 16 requests sharing a 512-token system prompt (sequential arrival, 8 output tokens)\n");
+    println!(
+        "\n## Prefix caching: 16 requests sharing a 512-token system prompt (sequential arrival, 8 output tokens)\n"
+    );
     let system: String = "You are a meticulous assistant for a logistics company. ".repeat(60);
     let mut ttft_by_mode = Vec::new();
     for caching in [true, false] {
@@ -246,14 +276,23 @@ fn main() {
         );
         ttft_by_mode.push(p50);
     }
-    println!("- TTFT p50 off/on: {:.1}x", ttft_by_mode[1] / ttft_by_mode[0]);
+    println!(
+        "- TTFT p50 off/on: {:.1}x",
+        ttft_by_mode[1] / ttft_by_mode[0]
+    );
 
     println!("\n## Decode step against its floors\n");
     let bw = memory_bandwidth_gbs();
     let peak = peak_gflops();
     let floor_ms = weight_bytes as f64 / (bw * 1e9) * 1e3;
-    println!("- weights read per step: {:.1} MB; measured read bandwidth {bw:.1} GB/s", weight_bytes as f64 / 1e6);
-    println!("- decode step at c=1 (ITL p50): {itl_c1:.2} ms; memory floor {floor_ms:.2} ms; ratio {:.2}x", itl_c1 / floor_ms);
+    println!(
+        "- weights read per step: {:.1} MB; measured read bandwidth {bw:.1} GB/s",
+        weight_bytes as f64 / 1e6
+    );
+    println!(
+        "- decode step at c=1 (ITL p50): {itl_c1:.2} ms; memory floor {floor_ms:.2} ms; ratio {:.2}x",
+        itl_c1 / floor_ms
+    );
     let compute_ms = flops_per_token * 32.0 / (peak * 1e9) * 1e3;
     println!(
         "- batched step at c=32 (ITL p50): {itl_c32:.2} ms; compute floor {compute_ms:.2} ms at {peak:.0} GFLOP/s f32 FMA peak ({:.2} GFLOP per token); ratio {:.2}x",

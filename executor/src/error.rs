@@ -42,7 +42,9 @@ pub enum ModelError {
     Template(String),
     #[error("device `{0}` is not available in this build")]
     DeviceUnavailable(String),
-    #[error("kv cache budget of {budget} bytes holds {blocks} blocks; at least {needed} are needed")]
+    #[error(
+        "kv cache budget of {budget} bytes holds {blocks} blocks; at least {needed} are needed"
+    )]
     KvBudgetTooSmall {
         budget: usize,
         blocks: usize,

@@ -159,7 +159,10 @@ fn validate_params(p: &SamplingParams) -> Result<(), ValidationError> {
             max: MAX_STOP_STRINGS,
         });
     }
-    if p.stop.iter().any(|s| s.is_empty() || s.len() > MAX_STOP_BYTES) {
+    if p.stop
+        .iter()
+        .any(|s| s.is_empty() || s.len() > MAX_STOP_BYTES)
+    {
         return Err(ValidationError::BadStop {
             max: MAX_STOP_BYTES,
         });
@@ -179,18 +182,33 @@ mod tests {
     };
 
     fn req(prompt: Vec<u32>, params: SamplingParams) -> Result<ValidRequest, ValidationError> {
-        ValidRequest::new(prompt, params, Lane::Interactive, TenantId::default(), &LIMITS)
+        ValidRequest::new(
+            prompt,
+            params,
+            Lane::Interactive,
+            TenantId::default(),
+            &LIMITS,
+        )
     }
 
     #[test]
     fn an_empty_prompt_is_refused() {
-        assert_eq!(req(vec![], SamplingParams::greedy(4)).unwrap_err(), ValidationError::EmptyPrompt);
+        assert_eq!(
+            req(vec![], SamplingParams::greedy(4)).unwrap_err(),
+            ValidationError::EmptyPrompt
+        );
     }
 
     #[test]
     fn a_prompt_longer_than_the_context_window_is_refused() {
         let err = req(vec![1; 100], SamplingParams::greedy(1)).unwrap_err();
-        assert!(matches!(err, ValidationError::PromptTooLong { prompt: 100, context: 100 }));
+        assert!(matches!(
+            err,
+            ValidationError::PromptTooLong {
+                prompt: 100,
+                context: 100
+            }
+        ));
     }
 
     #[test]
@@ -201,37 +219,67 @@ mod tests {
 
     #[test]
     fn zero_max_tokens_is_refused() {
-        assert_eq!(req(vec![1], SamplingParams::greedy(0)).unwrap_err(), ValidationError::ZeroMaxTokens);
+        assert_eq!(
+            req(vec![1], SamplingParams::greedy(0)).unwrap_err(),
+            ValidationError::ZeroMaxTokens
+        );
     }
 
     #[test]
     fn nan_and_negative_temperatures_are_refused() {
         for t in [f32::NAN, -0.5, f32::INFINITY, 2.5] {
-            let p = SamplingParams { temperature: t, ..SamplingParams::greedy(4) };
-            assert!(matches!(req(vec![1], p).unwrap_err(), ValidationError::BadTemperature(_)));
+            let p = SamplingParams {
+                temperature: t,
+                ..SamplingParams::greedy(4)
+            };
+            assert!(matches!(
+                req(vec![1], p).unwrap_err(),
+                ValidationError::BadTemperature(_)
+            ));
         }
     }
 
     #[test]
     fn top_p_outside_zero_one_is_refused() {
         for top_p in [0.0, -0.1, 1.01, f32::NAN] {
-            let p = SamplingParams { top_p, ..SamplingParams::greedy(4) };
-            assert!(matches!(req(vec![1], p).unwrap_err(), ValidationError::BadTopP(_)));
+            let p = SamplingParams {
+                top_p,
+                ..SamplingParams::greedy(4)
+            };
+            assert!(matches!(
+                req(vec![1], p).unwrap_err(),
+                ValidationError::BadTopP(_)
+            ));
         }
     }
 
     #[test]
     fn out_of_vocabulary_token_ids_are_refused() {
         let err = req(vec![1, 5000], SamplingParams::greedy(4)).unwrap_err();
-        assert!(matches!(err, ValidationError::TokenOutOfRange { id: 5000, .. }));
+        assert!(matches!(
+            err,
+            ValidationError::TokenOutOfRange { id: 5000, .. }
+        ));
     }
 
     #[test]
     fn too_many_or_empty_stop_strings_are_refused() {
-        let p = SamplingParams { stop: vec!["a".into(); 5], ..SamplingParams::greedy(4) };
-        assert!(matches!(req(vec![1], p).unwrap_err(), ValidationError::TooManyStops { .. }));
-        let p = SamplingParams { stop: vec![String::new()], ..SamplingParams::greedy(4) };
-        assert!(matches!(req(vec![1], p).unwrap_err(), ValidationError::BadStop { .. }));
+        let p = SamplingParams {
+            stop: vec!["a".into(); 5],
+            ..SamplingParams::greedy(4)
+        };
+        assert!(matches!(
+            req(vec![1], p).unwrap_err(),
+            ValidationError::TooManyStops { .. }
+        ));
+        let p = SamplingParams {
+            stop: vec![String::new()],
+            ..SamplingParams::greedy(4)
+        };
+        assert!(matches!(
+            req(vec![1], p).unwrap_err(),
+            ValidationError::BadStop { .. }
+        ));
     }
 
     #[test]

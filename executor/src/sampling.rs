@@ -160,7 +160,15 @@ mod tests {
     fn greedy_picks_the_largest_logit_and_the_lowest_id_on_ties() {
         assert_eq!(argmax(&[0.1, 3.0, 3.0, -1.0]), 1);
         let mut rng = SeqRng::new(1);
-        assert_eq!(sample(&[0.0, 5.0, 1.0], &params(0.0, None, 1.0), &mut rng, &mut Vec::new()), 1);
+        assert_eq!(
+            sample(
+                &[0.0, 5.0, 1.0],
+                &params(0.0, None, 1.0),
+                &mut rng,
+                &mut Vec::new()
+            ),
+            1
+        );
     }
 
     #[test]
@@ -170,7 +178,9 @@ mod tests {
         let draw = |seed| {
             let mut rng = SeqRng::new(seed);
             let mut s = Vec::new();
-            (0..20).map(|_| sample(&logits, &p, &mut rng, &mut s)).collect::<Vec<_>>()
+            (0..20)
+                .map(|_| sample(&logits, &p, &mut rng, &mut s))
+                .collect::<Vec<_>>()
         };
         assert_eq!(draw(7), draw(7));
         assert_ne!(draw(7), draw(8));
@@ -185,7 +195,10 @@ mod tests {
             let t = sample(&logits, &params(1.0, Some(2), 1.0), &mut rng, &mut s);
             assert!(t == 1 || t == 2);
         }
-        assert_eq!(sample(&logits, &params(1.0, Some(1), 1.0), &mut rng, &mut s), 1);
+        assert_eq!(
+            sample(&logits, &params(1.0, Some(1), 1.0), &mut rng, &mut s),
+            1
+        );
     }
 
     #[test]
@@ -195,32 +208,54 @@ mod tests {
         let mut rng = SeqRng::new(11);
         let mut s = Vec::new();
         for _ in 0..100 {
-            assert_eq!(sample(&logits, &params(1.0, None, 0.5), &mut rng, &mut s), 0);
+            assert_eq!(
+                sample(&logits, &params(1.0, None, 0.5), &mut rng, &mut s),
+                0
+            );
         }
     }
 
     #[test]
     fn top_p_over_a_large_vocabulary_matches_the_full_sort() {
-        let logits: Vec<f32> = (0..49_152).map(|i| ((i * 7919) % 4093) as f32 / 400.0).collect();
+        let logits: Vec<f32> = (0..49_152)
+            .map(|i| ((i * 7919) % 4093) as f32 / 400.0)
+            .collect();
         let p = params(1.0, None, 0.9);
         let mut a = SeqRng::new(5);
         let mut s = Vec::new();
-        let fast: Vec<u32> = (0..10).map(|_| sample(&logits, &p, &mut a, &mut s)).collect();
+        let fast: Vec<u32> = (0..10)
+            .map(|_| sample(&logits, &p, &mut a, &mut s))
+            .collect();
         // Reference: plain full sort.
         let mut b = SeqRng::new(5);
         let reference: Vec<u32> = (0..10)
             .map(|_| {
                 let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let mut v: Vec<(f32, u32)> =
-                    logits.iter().enumerate().map(|(i, &x)| ((x - max).exp(), i as u32)).collect();
+                let mut v: Vec<(f32, u32)> = logits
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &x)| ((x - max).exp(), i as u32))
+                    .collect();
                 let total: f64 = v.iter().map(|p| p.0 as f64).sum();
                 v.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
                 let mut acc = 0.0;
-                let keep = v.iter().position(|p| { acc += p.0 as f64; acc >= 0.9 * total }).unwrap() + 1;
+                let keep = v
+                    .iter()
+                    .position(|p| {
+                        acc += p.0 as f64;
+                        acc >= 0.9 * total
+                    })
+                    .unwrap()
+                    + 1;
                 v.truncate(keep);
                 let mass: f64 = v.iter().map(|p| p.0 as f64).sum();
                 let mut u = b.next_f64() * mass;
-                for &(p, id) in &v { u -= p as f64; if u < 0.0 { return id; } }
+                for &(p, id) in &v {
+                    u -= p as f64;
+                    if u < 0.0 {
+                        return id;
+                    }
+                }
                 v.last().unwrap().1
             })
             .collect();
@@ -231,9 +266,19 @@ mod tests {
     fn non_finite_logits_never_panic() {
         let mut rng = SeqRng::new(1);
         let mut s = Vec::new();
-        let t = sample(&[f32::NAN, f32::NEG_INFINITY, 1.0], &params(1.0, None, 0.9), &mut rng, &mut s);
+        let t = sample(
+            &[f32::NAN, f32::NEG_INFINITY, 1.0],
+            &params(1.0, None, 0.9),
+            &mut rng,
+            &mut s,
+        );
         assert_eq!(t, 2);
-        let t = sample(&[f32::NAN, f32::NAN], &params(1.0, None, 0.9), &mut rng, &mut s);
+        let t = sample(
+            &[f32::NAN, f32::NAN],
+            &params(1.0, None, 0.9),
+            &mut rng,
+            &mut s,
+        );
         assert!(t < 2);
     }
 }

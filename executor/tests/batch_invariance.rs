@@ -33,9 +33,20 @@ fn greedy_tokens_are_identical_alone_in_a_crowd_and_after_preemption() {
             ..SamplingParams::default()
         };
         params.stop_at_eos = false;
-        let prompt = chat_prompt(&engine, &format!("Tell me a long story about the number {i}."));
-        let lane = if i % 3 == 0 { Lane::Batch } else { Lane::Interactive };
-        others.push(engine.submit(request(&engine, prompt, params, lane)).unwrap());
+        let prompt = chat_prompt(
+            &engine,
+            &format!("Tell me a long story about the number {i}."),
+        );
+        let lane = if i % 3 == 0 {
+            Lane::Batch
+        } else {
+            Lane::Interactive
+        };
+        others.push(
+            engine
+                .submit(request(&engine, prompt, params, lane))
+                .unwrap(),
+        );
     }
     // Let the companions get going before the eight arrive.
     for h in others.iter_mut() {
@@ -45,9 +56,16 @@ fn greedy_tokens_are_identical_alone_in_a_crowd_and_after_preemption() {
     for p in &prompts {
         let mut params = SamplingParams::greedy(NEW_TOKENS);
         params.stop_at_eos = false;
-        handles.push(engine.submit(request(&engine, p.clone(), params, Lane::Interactive)).unwrap());
+        handles.push(
+            engine
+                .submit(request(&engine, p.clone(), params, Lane::Interactive))
+                .unwrap(),
+        );
     }
-    let crowd: Vec<Vec<u32>> = handles.iter_mut().map(|h| h.collect_blocking().token_ids).collect();
+    let crowd: Vec<Vec<u32>> = handles
+        .iter_mut()
+        .map(|h| h.collect_blocking().token_ids)
+        .collect();
     for h in others.iter_mut() {
         h.collect_blocking();
     }
@@ -62,9 +80,16 @@ fn greedy_tokens_are_identical_alone_in_a_crowd_and_after_preemption() {
         let mut companion_params = SamplingParams::greedy(NEW_TOKENS + 8);
         companion_params.stop_at_eos = false;
         let companion = engine
-            .submit(request(&engine, prompts[(i + 1) % 8].clone(), companion_params, Lane::Batch))
+            .submit(request(
+                &engine,
+                prompts[(i + 1) % 8].clone(),
+                companion_params,
+                Lane::Batch,
+            ))
             .unwrap();
-        let mut h = engine.submit(request(&engine, p.clone(), params, Lane::Interactive)).unwrap();
+        let mut h = engine
+            .submit(request(&engine, p.clone(), params, Lane::Interactive))
+            .unwrap();
         let mut ids = Vec::new();
         while ids.len() < 1 + 2 * i {
             match h.next_blocking() {
@@ -76,10 +101,16 @@ fn greedy_tokens_are_identical_alone_in_a_crowd_and_after_preemption() {
         let rest = h.collect_blocking();
         assert!(rest.error.is_none(), "{:?}", rest.error);
         ids.extend(rest.token_ids);
-        assert!(rest.timings.preemptions >= 1, "prompt {i} was not preempted");
+        assert!(
+            rest.timings.preemptions >= 1,
+            "prompt {i} was not preempted"
+        );
         preempted.push(ids);
         drop(companion);
     }
-    assert_eq!(preempted, alone, "preemption and recompute changed greedy tokens");
+    assert_eq!(
+        preempted, alone,
+        "preemption and recompute changed greedy tokens"
+    );
     assert!(engine.stats().interactive.preemptions_total >= 8);
 }

@@ -29,12 +29,23 @@ fn cancelling_100_in_flight_sequences_returns_the_pool_to_idle() {
         let prompt = chat_prompt(&engine, &format!("Count from {i} to {}.", i + 50));
         let mut params = SamplingParams::greedy(200);
         params.stop_at_eos = false;
-        let lane = if i % 2 == 0 { Lane::Interactive } else { Lane::Batch };
-        handles.push(engine.submit(request(&engine, prompt, params, lane)).unwrap());
+        let lane = if i % 2 == 0 {
+            Lane::Interactive
+        } else {
+            Lane::Batch
+        };
+        handles.push(
+            engine
+                .submit(request(&engine, prompt, params, lane))
+                .unwrap(),
+        );
     }
     // Wait until some are decoding, then cancel every one: half explicitly,
     // half by dropping the handle.
-    assert!(matches!(handles[0].next_blocking(), Some(EngineEvent::Delta { .. })));
+    assert!(matches!(
+        handles[0].next_blocking(),
+        Some(EngineEvent::Delta { .. })
+    ));
     wait_until(|| engine.stats().kv_blocks_used > 0, "blocks in use");
     for h in handles.iter().step_by(2) {
         h.cancel();
@@ -49,7 +60,10 @@ fn cancelling_100_in_flight_sequences_returns_the_pool_to_idle() {
         let c = h.collect_blocking();
         assert_eq!(c.finish, Some(FinishReason::Cancelled));
     }
-    wait_until(|| engine.stats().running() == 0 && engine.stats().waiting() == 0, "idle engine");
+    wait_until(
+        || engine.stats().running() == 0 && engine.stats().waiting() == 0,
+        "idle engine",
+    );
     let s = engine.stats();
     assert_eq!(s.kv_blocks_used, 0, "blocks leaked: {s:?}");
     assert_eq!(s.kv_blocks_free, idle.kv_blocks_free);
@@ -68,7 +82,14 @@ fn the_same_seed_gives_the_same_sampled_tokens_whatever_shares_the_batch() {
         stop_at_eos: false,
         ..SamplingParams::default()
     };
-    let mut alone = engine.submit(request(&engine, prompt.clone(), params.clone(), Lane::Interactive)).unwrap();
+    let mut alone = engine
+        .submit(request(
+            &engine,
+            prompt.clone(),
+            params.clone(),
+            Lane::Interactive,
+        ))
+        .unwrap();
     let alone = alone.collect_blocking().token_ids;
 
     let mut noise: Vec<_> = (0..5)
@@ -84,7 +105,9 @@ fn the_same_seed_gives_the_same_sampled_tokens_whatever_shares_the_batch() {
             engine.submit(request(&engine, p, n, Lane::Batch)).unwrap()
         })
         .collect();
-    let mut crowd = engine.submit(request(&engine, prompt, params, Lane::Interactive)).unwrap();
+    let mut crowd = engine
+        .submit(request(&engine, prompt, params, Lane::Interactive))
+        .unwrap();
     let crowd = crowd.collect_blocking().token_ids;
     for h in noise.iter_mut() {
         h.collect_blocking();
@@ -121,10 +144,17 @@ fn a_stop_string_ends_the_request_and_is_never_streamed() {
         stop: vec![word.clone()],
         ..SamplingParams::greedy(24)
     };
-    let mut h = engine.submit(request(&engine, prompt, params, Lane::Interactive)).unwrap();
+    let mut h = engine
+        .submit(request(&engine, prompt, params, Lane::Interactive))
+        .unwrap();
     let c = h.collect_blocking();
     assert_eq!(c.finish, Some(FinishReason::Stop));
-    assert!(!c.text.contains(&word), "{:?} contains stop {:?}", c.text, word);
+    assert!(
+        !c.text.contains(&word),
+        "{:?} contains stop {:?}",
+        c.text,
+        word
+    );
     assert!(free.text.starts_with(&c.text));
 }
 
@@ -133,7 +163,12 @@ fn eos_ends_a_chat_answer_with_stop() {
     let engine = engine(EngineConfig::default());
     let prompt = chat_prompt(&engine, "Reply with just the word yes.");
     let mut h = engine
-        .submit(request(&engine, prompt, SamplingParams::greedy(64), Lane::Interactive))
+        .submit(request(
+            &engine,
+            prompt,
+            SamplingParams::greedy(64),
+            Lane::Interactive,
+        ))
         .unwrap();
     let c = h.collect_blocking();
     assert_eq!(c.finish, Some(FinishReason::Stop), "{c:?}");
@@ -151,10 +186,29 @@ fn a_full_waiting_queue_is_a_typed_refusal() {
     let prompt = chat_prompt(&engine, "Hello");
     let mut params = SamplingParams::greedy(100);
     params.stop_at_eos = false;
-    let mut first = engine.submit(request(&engine, prompt.clone(), params.clone(), Lane::Interactive)).unwrap();
-    assert!(matches!(first.next_blocking(), Some(EngineEvent::Delta { .. })));
-    let _second = engine.submit(request(&engine, prompt.clone(), params.clone(), Lane::Interactive)).unwrap();
-    let mut third = engine.submit(request(&engine, prompt, params, Lane::Interactive)).unwrap();
+    let mut first = engine
+        .submit(request(
+            &engine,
+            prompt.clone(),
+            params.clone(),
+            Lane::Interactive,
+        ))
+        .unwrap();
+    assert!(matches!(
+        first.next_blocking(),
+        Some(EngineEvent::Delta { .. })
+    ));
+    let _second = engine
+        .submit(request(
+            &engine,
+            prompt.clone(),
+            params.clone(),
+            Lane::Interactive,
+        ))
+        .unwrap();
+    let mut third = engine
+        .submit(request(&engine, prompt, params, Lane::Interactive))
+        .unwrap();
     match third.next_blocking() {
         Some(EngineEvent::Error(EngineError::QueueFull { .. })) => {}
         other => panic!("expected QueueFull, got {other:?}"),

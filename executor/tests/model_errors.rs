@@ -23,7 +23,11 @@ fn a_missing_file_is_not_found() {
 
 #[test]
 fn a_file_that_is_not_gguf_is_refused() {
-    for (name, bytes) in [("text.gguf", &b"hello, this is not a model"[..]), ("empty.gguf", &b""[..]), ("tiny.gguf", &b"GG"[..])] {
+    for (name, bytes) in [
+        ("text.gguf", &b"hello, this is not a model"[..]),
+        ("empty.gguf", &b""[..]),
+        ("tiny.gguf", &b"GG"[..]),
+    ] {
         let err = Model::load(&tmp_file(name, bytes), LoadOptions::default()).unwrap_err();
         assert!(matches!(err, ModelError::NotGguf(_)), "{name}: {err}");
     }
@@ -35,7 +39,10 @@ fn a_truncated_file_is_reported_as_truncated() {
     for cut in [64usize, 4096, full.len() / 2, full.len() - 1] {
         let p = tmp_file(&format!("cut-{cut}.gguf"), &full[..cut]);
         let err = Model::load(&p, LoadOptions::default()).unwrap_err();
-        assert!(matches!(err, ModelError::Truncated(_)), "cut at {cut}: {err}");
+        assert!(
+            matches!(err, ModelError::Truncated(_)),
+            "cut at {cut}: {err}"
+        );
     }
 }
 
@@ -50,13 +57,19 @@ fn an_unsupported_architecture_is_refused() {
     assert_eq!(&bytes[value_at..value_at + 5], b"llama");
     bytes[value_at..value_at + 5].copy_from_slice(b"mamba");
     let err = Model::load(&tmp_file("mamba.gguf", &bytes), LoadOptions::default()).unwrap_err();
-    assert!(matches!(err, ModelError::UnsupportedArchitecture(ref a) if a == "mamba"), "{err}");
+    assert!(
+        matches!(err, ModelError::UnsupportedArchitecture(ref a) if a == "mamba"),
+        "{err}"
+    );
 }
 
 #[test]
 fn the_revision_id_is_the_sha256_of_the_file() {
     let m = Model::load(&model_path(), LoadOptions::default()).unwrap();
-    assert_eq!(m.identity.sha256, "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53");
+    assert_eq!(
+        m.identity.sha256,
+        "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+    );
     assert_eq!(m.config.n_layers, 30);
     assert_eq!(m.config.hidden, 576);
     assert_eq!((m.config.n_heads, m.config.n_kv_heads), (9, 3));

@@ -35,7 +35,9 @@ fn dequantized_f32_logits_agree_with_the_reference_within_1e_3() {
     let mut worst = 0f32;
     for text in texts {
         let prompt = ours.tokenizer.encode(text).unwrap();
-        let blocks: Vec<BlockId> = (0..prompt.len().div_ceil(BLOCK_SIZE) as u32).map(BlockId).collect();
+        let blocks: Vec<BlockId> = (0..prompt.len().div_ceil(BLOCK_SIZE) as u32)
+            .map(BlockId)
+            .collect();
         let mut kv = KvStorage::new(&ours.config, blocks.len());
         let mut ws = Workspace::default();
         let chunk = ForwardChunk {
@@ -47,10 +49,23 @@ fn dequantized_f32_logits_agree_with_the_reference_within_1e_3() {
         let mine = ours.forward(&[chunk], &mut kv, &mut ws).unwrap().remove(0);
 
         reference.clear_kv_cache();
-        let input = Tensor::new(prompt.as_slice(), &Device::Cpu).unwrap().unsqueeze(0).unwrap();
-        let theirs: Vec<f32> = reference.forward(&input, 0).unwrap().squeeze(0).unwrap().to_vec1().unwrap();
+        let input = Tensor::new(prompt.as_slice(), &Device::Cpu)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap();
+        let theirs: Vec<f32> = reference
+            .forward(&input, 0)
+            .unwrap()
+            .squeeze(0)
+            .unwrap()
+            .to_vec1()
+            .unwrap();
         assert_eq!(mine.len(), theirs.len());
-        let diff = mine.iter().zip(&theirs).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        let diff = mine
+            .iter()
+            .zip(&theirs)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
         eprintln!("{text:?}: max |Δlogit| = {diff:e}");
         worst = worst.max(diff);
     }

@@ -53,7 +53,11 @@ impl EngineCore {
     pub(super) fn new(model: Model, config: &EngineConfig) -> Result<Self, ModelError> {
         let num_blocks =
             KvStorage::blocks_for_budget(&model.config, config.kv_cache_bytes, config.kv_headroom);
-        let needed = model.config.context_length.min(4096).div_ceil(crate::ids::BLOCK_SIZE);
+        let needed = model
+            .config
+            .context_length
+            .min(4096)
+            .div_ceil(crate::ids::BLOCK_SIZE);
         if num_blocks < needed.min(64) {
             return Err(ModelError::KvBudgetTooSmall {
                 budget: config.kv_cache_bytes,
@@ -132,15 +136,19 @@ impl EngineCore {
             if shutdown {
                 break;
             }
-            let progressed = if self.seqs.is_empty() { false } else { self.step() };
+            let progressed = if self.seqs.is_empty() {
+                false
+            } else {
+                self.step()
+            };
             *shared.lock().unwrap() = self.stats.clone();
             if !progressed && !self.seqs.is_empty() {
                 // Nothing could run (should be rare): wait for a command
                 // rather than spin.
-                if let Ok(cmd) = rx.recv_timeout(Duration::from_millis(5)) {
-                    if !self.handle(cmd) {
-                        break;
-                    }
+                if let Ok(cmd) = rx.recv_timeout(Duration::from_millis(5))
+                    && !self.handle(cmd)
+                {
+                    break;
                 }
             }
         }
@@ -244,7 +252,10 @@ impl EngineCore {
             self.note_preempted(seq);
         }
         for (seq, reason) in &plan.aborted {
-            self.fail(*seq, EngineError::Internal(format!("aborted by the scheduler: {reason}")));
+            self.fail(
+                *seq,
+                EngineError::Internal(format!("aborted by the scheduler: {reason}")),
+            );
         }
         if plan.chunks.is_empty() {
             self.refresh_gauges();
@@ -293,25 +304,42 @@ impl EngineCore {
             }
         };
         self.sched.complete_step(&plan);
-        let sampled: Vec<SeqId> = plan.chunks.iter().filter(|c| c.sample).map(|c| c.seq).collect();
+        let sampled: Vec<SeqId> = plan
+            .chunks
+            .iter()
+            .filter(|c| c.sample)
+            .map(|c| c.seq)
+            .collect();
         for (seq, row) in sampled.into_iter().zip(logits) {
             self.on_logits(seq, &row);
         }
         self.stats.steps_total += 1;
         let dt = started.elapsed();
         let secs = dt.as_secs_f64().max(1e-9);
-        let ewma = |old: f64, new: f64| if old == 0.0 { new } else { old * (1.0 - EWMA) + new * EWMA };
+        let ewma = |old: f64, new: f64| {
+            if old == 0.0 {
+                new
+            } else {
+                old * (1.0 - EWMA) + new * EWMA
+            }
+        };
         self.stats.step_time_ewma =
             Duration::from_secs_f64(ewma(self.stats.step_time_ewma.as_secs_f64(), secs));
-        self.stats.tokens_per_second_ewma =
-            ewma(self.stats.tokens_per_second_ewma, (prefill_tokens + decode_tokens) as f64 / secs);
+        self.stats.tokens_per_second_ewma = ewma(
+            self.stats.tokens_per_second_ewma,
+            (prefill_tokens + decode_tokens) as f64 / secs,
+        );
         if prefill_tokens > 0 {
-            self.stats.prefill_tokens_per_second_ewma =
-                ewma(self.stats.prefill_tokens_per_second_ewma, prefill_tokens as f64 / secs);
+            self.stats.prefill_tokens_per_second_ewma = ewma(
+                self.stats.prefill_tokens_per_second_ewma,
+                prefill_tokens as f64 / secs,
+            );
         }
         if decode_tokens > 0 {
-            self.stats.decode_tokens_per_second_ewma =
-                ewma(self.stats.decode_tokens_per_second_ewma, decode_tokens as f64 / secs);
+            self.stats.decode_tokens_per_second_ewma = ewma(
+                self.stats.decode_tokens_per_second_ewma,
+                decode_tokens as f64 / secs,
+            );
         }
         self.refresh_gauges();
         true
@@ -328,14 +356,22 @@ impl EngineCore {
             s.first_token_at = Some(Instant::now());
         }
         if s.stop_ids.contains(&tok) {
-            let tail = s.detok.flush(&self.model.tokenizer).ok().flatten().unwrap_or_default();
+            let tail = s
+                .detok
+                .flush(&self.model.tokenizer)
+                .ok()
+                .flatten()
+                .unwrap_or_default();
             let mut text = match s.stop.push(&tail) {
                 StopOutcome::Continue(t) | StopOutcome::Stopped(t) => t,
             };
             text.push_str(&s.stop.flush());
             let ids = std::mem::take(&mut s.pending_ids);
             if !text.is_empty() || !ids.is_empty() {
-                let _ = s.events.send(EngineEvent::Delta { text, token_ids: ids });
+                let _ = s.events.send(EngineEvent::Delta {
+                    text,
+                    token_ids: ids,
+                });
             }
             self.finish(seq, FinishReason::Stop);
             return;
@@ -359,7 +395,12 @@ impl EngineCore {
         }
         let at_length = s.generated >= s.params.max_tokens;
         if at_length && !stopped {
-            let tail = s.detok.flush(&self.model.tokenizer).ok().flatten().unwrap_or_default();
+            let tail = s
+                .detok
+                .flush(&self.model.tokenizer)
+                .ok()
+                .flatten()
+                .unwrap_or_default();
             match s.stop.push(&tail) {
                 StopOutcome::Continue(t) => {
                     out.push_str(&t);
@@ -374,7 +415,10 @@ impl EngineCore {
         if !out.is_empty() || stopped || at_length {
             let ids = std::mem::take(&mut s.pending_ids);
             if !out.is_empty() || !ids.is_empty() {
-                let _ = s.events.send(EngineEvent::Delta { text: out, token_ids: ids });
+                let _ = s.events.send(EngineEvent::Delta {
+                    text: out,
+                    token_ids: ids,
+                });
             }
         }
         if stopped {
@@ -382,7 +426,10 @@ impl EngineCore {
         } else if at_length {
             self.finish(seq, FinishReason::Length);
         } else if self.sched.append_token(seq, tok).is_err() {
-            self.fail(seq, EngineError::Internal("sequence vanished from the scheduler".into()));
+            self.fail(
+                seq,
+                EngineError::Internal("sequence vanished from the scheduler".into()),
+            );
         } else if s.events.is_closed() {
             self.finish(seq, FinishReason::Cancelled);
         }

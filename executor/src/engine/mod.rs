@@ -121,7 +121,9 @@ impl Engine {
         let info = core.info();
         *shared.stats.lock().unwrap() = core.stats();
         let threads = if config.threads == 0 {
-            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
         } else {
             config.threads
         };
@@ -246,7 +248,9 @@ pub struct RequestHandle {
 
 impl std::fmt::Debug for RequestHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RequestHandle").field("seq", &self.seq).finish()
+        f.debug_struct("RequestHandle")
+            .field("seq", &self.seq)
+            .finish()
     }
 }
 
@@ -287,7 +291,10 @@ impl RequestHandle {
     }
 
     fn note(&mut self, ev: &Option<EngineEvent>) {
-        if matches!(ev, None | Some(EngineEvent::Finished { .. }) | Some(EngineEvent::Error(_))) {
+        if matches!(
+            ev,
+            None | Some(EngineEvent::Finished { .. }) | Some(EngineEvent::Error(_))
+        ) {
             self.done = true;
         }
     }

@@ -67,7 +67,7 @@ impl LlamaConfig {
             vocab_size: 0,
             rope_base: get_f("rope.freq_base", 10_000.0)?,
             rms_eps: get_f("attention.layer_norm_rms_epsilon", 1e-5)?,
-            head_dim: if n_heads == 0 { 0 } else { hidden / n_heads },
+            head_dim: hidden.checked_div(n_heads).unwrap_or(0),
             architecture: arch,
             hidden,
             n_heads,
@@ -82,19 +82,26 @@ impl LlamaConfig {
         if self.n_layers == 0 || self.hidden == 0 || self.ffn == 0 {
             return bad("layer count, embedding length and feed-forward length must be positive");
         }
-        if self.n_heads == 0 || self.n_kv_heads == 0 || self.hidden % self.n_heads != 0 {
+        if self.n_heads == 0 || self.n_kv_heads == 0 || !self.hidden.is_multiple_of(self.n_heads) {
             return bad("head count must divide the embedding length");
         }
-        if self.n_heads % self.n_kv_heads != 0 {
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return bad("kv head count must divide the head count");
         }
-        if self.head_dim % 2 != 0 || self.hidden % 32 != 0 || self.ffn % 32 != 0 {
+        if !self.head_dim.is_multiple_of(2)
+            || !self.hidden.is_multiple_of(32)
+            || !self.ffn.is_multiple_of(32)
+        {
             return bad("dimensions must be multiples of the quantization block");
         }
         if self.context_length == 0 {
             return bad("context length must be positive");
         }
-        if !(self.rms_eps > 0.0) || !(self.rope_base > 0.0) {
+        if self.rms_eps.is_nan()
+            || self.rms_eps <= 0.0
+            || self.rope_base.is_nan()
+            || self.rope_base <= 0.0
+        {
             return bad("rms epsilon and rope base must be positive");
         }
         Ok(())

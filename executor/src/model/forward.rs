@@ -41,7 +41,9 @@ pub struct Workspace {
 
 impl std::fmt::Debug for Workspace {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Workspace").field("rows", &self.rows.len()).finish()
+        f.debug_struct("Workspace")
+            .field("rows", &self.rows.len())
+            .finish()
     }
 }
 
@@ -93,7 +95,11 @@ impl Model {
                 return Err(ForwardError::PositionOutOfRange(c, end, max_pos));
             }
             if ch.block_table.len() * BLOCK_SIZE < end {
-                return Err(ForwardError::BlockTableTooShort(c, ch.block_table.len() * BLOCK_SIZE, end));
+                return Err(ForwardError::BlockTableTooShort(
+                    c,
+                    ch.block_table.len() * BLOCK_SIZE,
+                    end,
+                ));
             }
             if let Some(b) = ch.block_table.iter().find(|b| b.index() >= kv.num_blocks()) {
                 return Err(ForwardError::BadBlock(c, b.0));
@@ -142,10 +148,7 @@ impl Model {
             // Rope on q and k, then write k and v into the paged cache.
             {
                 let (k_cache, v_cache) = kv.layer_mut(li);
-                let kv_ref = KvGeometry {
-                    n_kv: nkv,
-                    d,
-                };
+                let kv_ref = KvGeometry { n_kv: nkv, d };
                 for (ri, row) in rows.iter().enumerate() {
                     let base = ri * qkv_w;
                     let qkv_row = &mut ws.qkv[base..base + qkv_w];

@@ -51,7 +51,10 @@ impl GgufArtifact {
         };
         let file_size = file.metadata().map_err(io)?.len();
         if file.metadata().map_err(io)?.is_dir() {
-            return Err(ModelError::NotGguf(format!("{} is a directory", path.display())));
+            return Err(ModelError::NotGguf(format!(
+                "{} is a directory",
+                path.display()
+            )));
         }
         let mut reader = BufReader::with_capacity(1 << 20, file);
         let mut magic = [0u8; 4];
@@ -118,7 +121,7 @@ fn check_extents(content: &Content, file_size: u64) -> Result<(), ModelError> {
     for (name, info) in &content.tensor_infos {
         let elems = info.shape.elem_count() as u64;
         let block = info.ggml_dtype.block_size() as u64;
-        if block == 0 || elems % block != 0 {
+        if block == 0 || !elems.is_multiple_of(block) {
             return Err(ModelError::BadTensor(
                 name.clone(),
                 "element count is not a multiple of the block size".into(),

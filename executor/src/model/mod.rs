@@ -86,7 +86,11 @@ impl Model {
             .get("general.name")
             .and_then(|v| v.to_string().ok())
             .cloned()
-            .unwrap_or_else(|| path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default());
+            .unwrap_or_else(|| {
+                path.file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            });
         let precision = match opts.weights {
             WeightMode::Native => format!("{:?}", weights.layers[0].qkv.dtype()).to_lowercase(),
             WeightMode::DequantizedF32 => "f32".to_string(),

@@ -58,12 +58,18 @@ impl ModelWeights {
         let layers: usize = self
             .layers
             .iter()
-            .map(|l| l.qkv.byte_size() + l.wo.byte_size() + l.gate_up.byte_size() + l.down.byte_size())
+            .map(|l| {
+                l.qkv.byte_size() + l.wo.byte_size() + l.gate_up.byte_size() + l.down.byte_size()
+            })
             .sum();
         layers + self.lm_head().byte_size()
     }
 
-    pub fn load(art: &mut GgufArtifact, cfg: &LlamaConfig, mode: WeightMode) -> Result<Self, ModelError> {
+    pub fn load(
+        art: &mut GgufArtifact,
+        cfg: &LlamaConfig,
+        mode: WeightMode,
+    ) -> Result<Self, ModelError> {
         let h = cfg.hidden;
         let kv = cfg.kv_width();
         let embed = matrix(art, "token_embd.weight", None, h, mode)?;
@@ -101,7 +107,8 @@ impl ModelWeights {
 }
 
 fn fuse(prefix: &str, parts: &[&QMatrix]) -> Result<QMatrix, ModelError> {
-    QMatrix::concat_rows(parts).map_err(|e| ModelError::BadTensor(prefix.to_string(), e.to_string()))
+    QMatrix::concat_rows(parts)
+        .map_err(|e| ModelError::BadTensor(prefix.to_string(), e.to_string()))
 }
 
 /// A 2-D weight `[rows, cols]` (GGUF stores `[cols, rows]`, candle reverses it).
@@ -122,7 +129,8 @@ fn matrix(
             expected: vec![rows.unwrap_or(0), cols],
         });
     }
-    let m = QMatrix::from_qtensor(&t).map_err(|e| ModelError::BadTensor(name.to_string(), e.to_string()))?;
+    let m = QMatrix::from_qtensor(&t)
+        .map_err(|e| ModelError::BadTensor(name.to_string(), e.to_string()))?;
     Ok(match mode {
         WeightMode::Native => m,
         WeightMode::DequantizedF32 => m.dequantize(),

@@ -5,15 +5,22 @@ use std::path::PathBuf;
 
 use stoker_executor::chat_template::ChatMessage;
 use stoker_executor::engine::Collected;
-use stoker_executor::{Engine, EngineConfig, Lane, LoadOptions, Model, SamplingParams, TenantId, ValidRequest};
+use stoker_executor::{
+    Engine, EngineConfig, Lane, LoadOptions, Model, SamplingParams, TenantId, ValidRequest,
+};
 
 /// The default model: `$STOKER_MODEL`, else `models/` at the workspace root.
 pub fn model_path() -> PathBuf {
     if let Ok(p) = std::env::var("STOKER_MODEL") {
         return PathBuf::from(p);
     }
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(p.exists(), "model missing at {}: run scripts/fetch-model.sh", p.display());
+    let p =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(
+        p.exists(),
+        "model missing at {}: run scripts/fetch-model.sh",
+        p.display()
+    );
     p
 }
 
@@ -22,8 +29,7 @@ pub fn load_model() -> Model {
 }
 
 pub fn engine(config: EngineConfig) -> Engine {
-    let e = Engine::start(load_model(), config).expect("start engine");
-    e
+    Engine::start(load_model(), config).expect("start engine")
 }
 
 /// Eight varied prompts, rendered through the chat template.
@@ -52,13 +58,27 @@ pub fn chat_prompt(engine: &Engine, user: &str) -> Vec<u32> {
     engine.tokenizer().encode(&text).expect("encode")
 }
 
-pub fn request(engine: &Engine, prompt: Vec<u32>, params: SamplingParams, lane: Lane) -> ValidRequest {
-    ValidRequest::new(prompt, params, lane, TenantId::default(), &engine.model_limits()).expect("valid request")
+pub fn request(
+    engine: &Engine,
+    prompt: Vec<u32>,
+    params: SamplingParams,
+    lane: Lane,
+) -> ValidRequest {
+    ValidRequest::new(
+        prompt,
+        params,
+        lane,
+        TenantId::default(),
+        &engine.model_limits(),
+    )
+    .expect("valid request")
 }
 
 pub fn greedy_ids(engine: &Engine, prompt: Vec<u32>, max_tokens: usize) -> Collected {
     let mut params = SamplingParams::greedy(max_tokens);
     params.stop_at_eos = false;
-    let mut h = engine.submit(request(engine, prompt, params, Lane::Interactive)).unwrap();
+    let mut h = engine
+        .submit(request(engine, prompt, params, Lane::Interactive))
+        .unwrap();
     h.collect_blocking()
 }
