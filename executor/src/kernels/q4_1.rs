@@ -129,7 +129,9 @@ impl PackedQ4_1 {
 }
 
 /// Portable kernel: for each tile group in `groups` and activation row in `rows`, the 8
-/// dot products in ggml's reference order (`sumf += d·dx·sumi + m·s` per block).
+/// dot products in the reference order of candle's `vec_dot_q4_1_q8_1`
+/// (`sumf += sumi·d·dx + m·s` per block, no fused multiply-add). The AVX2 kernel performs
+/// the same IEEE operations per output, so the two paths agree bit for bit.
 pub(crate) fn run_scalar(
     tiles: &[Q4_1x8],
     nb: usize,
@@ -151,7 +153,7 @@ pub(crate) fn run_scalar(
                         sumi += (b & 0x0f) as i32 * a.qs[k] as i32
                             + (b >> 4) as i32 * a.qs[k + QK / 2] as i32;
                     }
-                    *s += tile.d[r].to_f32() * a.d * sumi as f32 + tile.m[r].to_f32() * a.s;
+                    *s += sumi as f32 * tile.d[r].to_f32() * a.d + tile.m[r].to_f32() * a.s;
                 }
             }
             sink(g, i, &sumf);
@@ -237,8 +239,11 @@ fn tile_avx2<const R: usize>(gt: &[Q4_1x8], acts: [&[Q8Block]; R]) -> [[f32; GRO
         for r in 0..R {
             let a = &acts[r][b];
             let f = _mm256_cvtepi32_ps(_mm256_madd_epi16(isum[r], ones));
-            acc[r] = _mm256_fmadd_ps(f, _mm256_mul_ps(dw, _mm256_set1_ps(a.d)), acc[r]);
-            acc[r] = _mm256_fmadd_ps(mw, _mm256_set1_ps(a.s), acc[r]);
+            // Separate multiplies and adds in candle's order (see `run_scalar`), so
+            // both paths and the reference agree bit for bit.
+            let scaled = _mm256_mul_ps(_mm256_mul_ps(f, dw), _mm256_set1_ps(a.d));
+            let min_term = _mm256_mul_ps(mw, _mm256_set1_ps(a.s));
+            acc[r] = _mm256_add_ps(acc[r], _mm256_add_ps(scaled, min_term));
         }
     }
     let mut out = [[0f32; GROUP]; R];

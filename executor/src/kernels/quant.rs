@@ -82,7 +82,10 @@ fn finish(qs: [i8; QK], sum: i32, d: f32) -> Q8Block {
     Q8Block {
         qs,
         d: f16::from_f32(d).to_f32(),
-        s: f16::from_f32(sum as f32 * d).to_f32(),
+        // candle's `BlockQ8_1::from_float` forms the sum in f16 arithmetic,
+        // `fp16(Σq) · fp16(d)`; ggml uses `fp16(d · Σq)`. We follow candle, the
+        // reference our parity tests hold us to.
+        s: (f16::from_f32(sum as f32) * f16::from_f32(d)).to_f32(),
     }
 }
 

@@ -1,10 +1,9 @@
 //! Loading refuses bad artifacts with typed errors, never a panic.
 
-mod common;
 
 use std::io::Write;
 
-use common::model_path;
+use crate::common::model_path;
 use stoker_executor::{LoadOptions, Model, ModelError};
 
 fn tmp_file(name: &str, bytes: &[u8]) -> std::path::PathBuf {

@@ -1,9 +1,8 @@
 //! Batch invariance, exact: a sequence's greedy tokens must not depend on what
 //! shares its steps, nor on being preempted and recomputed.
 
-mod common;
 
-use common::*;
+use crate::common::*;
 use stoker_executor::{EngineConfig, EngineEvent, Lane, SamplingParams};
 
 const NEW_TOKENS: usize = 24;

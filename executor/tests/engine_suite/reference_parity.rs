@@ -1,11 +1,10 @@
 //! Reference parity with candle-transformers' own quantized Llama forward
 //! (used only here, as an independent single-sequence implementation).
 
-mod common;
 
 use candle_core::{Device, Tensor};
 use candle_transformers::models::quantized_llama::ModelWeights;
-use common::*;
+use crate::common::*;
 use stoker_executor::EngineConfig;
 
 const NEW_TOKENS: usize = 48;

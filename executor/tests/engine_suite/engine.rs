@@ -1,11 +1,10 @@
 //! Engine behaviour end to end on the real model: cancellation frees blocks,
 //! sampling is reproducible per seed, stop strings and lengths end requests.
 
-mod common;
 
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use stoker_executor::{EngineConfig, EngineError, EngineEvent, FinishReason, Lane, SamplingParams};
 
 fn wait_until(mut f: impl FnMut() -> bool, what: &str) {

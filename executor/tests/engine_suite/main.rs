@@ -1,0 +1,9 @@
+//! The executor's end-to-end suite on the real model, in one test binary so
+//! the optimized profile links it once.
+
+mod batch_invariance;
+mod candle_bitwise;
+mod common;
+mod engine;
+mod model_errors;
+mod reference_parity;
