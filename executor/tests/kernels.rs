@@ -561,6 +561,21 @@ fn garbage_weight_bytes_never_panic() {
 }
 
 #[test]
+fn the_scalar_path_can_be_forced_by_environment() {
+    if std::env::var("STOKER_KERNELS").as_deref() == Ok("scalar") {
+        assert_eq!(stoker_executor::kernels::kernel_path(), KernelPath::Scalar);
+        return;
+    }
+    // The variable is read once per process: check it in a child running only this test.
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "the_scalar_path_can_be_forced_by_environment"])
+        .env("STOKER_KERNELS", "scalar")
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[test]
 fn unavailable_paths_are_refused() {
     let w = random_matrix(QDtype::Q8_0, 8, 32, 1);
     let mut out = vec![0f32; 8];

@@ -7,7 +7,7 @@
 //!
 //! Numerics follow ggml: each activation row is quantized per block of 32 values exactly
 //! like `quantize_row_q8_1` (Q8_1 for Q4_1 weights, the same quants without the sum for
-//! Q8_0 weights, see [`quant`]), then every output element is one dot product in the style
+//! Q8_0 weights, see the `quant` module), then every output element is one dot product in the style
 //! of `ggml_vec_dot_q4_1_q8_1` / `ggml_vec_dot_q8_0_q8_0`: exact integer sums per block,
 //! scaled and accumulated in f32. Results therefore agree closely with candle's `QMatMul`,
 //! which uses the same block types.
@@ -16,14 +16,25 @@
 //! weight row `n`, bit for bit, whatever `t` is, whatever the other rows are, and however
 //! the work is split across threads. Every element is computed by one instruction sequence
 //! fixed per path; tiling and the rayon split only decide which elements a task computes,
-//! never split a reduction. Weight rows are stored in tiles of eight (see [`q4_1`]) so a
+//! never split a reduction. Weight rows are stored in tiles of eight (see the `q4_1` module) so a
 //! weight block is loaded once per step for up to four activation rows, and the eight
 //! rows' results come out in the eight lanes of one register.
 //!
-//! Parallelism: small products (under [`PAR_MIN_MACS`] multiply-adds) run on the calling
-//! thread; small batches are split over weight-row groups (decode is bound by streaming the
-//! weights, so every core streams a disjoint slice), large batches over activation rows
-//! (each task writes whole output rows and re-reads the weights from cache).
+//! Parallelism and blocking: small products (under [`PAR_MIN_MACS`] multiply-adds) run on
+//! the calling thread. Small batches, and any batch against a matrix too large to re-read
+//! per task (the 30 MB output head), are split over weight-row groups so every core
+//! streams a disjoint slice of the weights once (in rounds of at most 64 activation rows);
+//! one activation row writes its output directly, more go through a group-major scratch
+//! and a parallel gather. Large batches against layer-sized matrices are split over
+//! activation rows, each task writing whole output rows. Inside a task the work runs in
+//! cache blocks: ~256 KiB of weight tiles (L2) × ~8 KiB of quantized activations (L1).
+//!
+//! Cost, measured on a 2-core AMD EPYC (Zen 3) VM: the AVX2 Q4_1 kernel sustains roughly
+//! 100–130 GFLOP/s per core for batches of 4 or more rows; Q8_0 about two thirds of that
+//! (signed products need a sign fix and a widening per 32 multiply-adds); one-row decode
+//! is bound by memory bandwidth (weights read once per call, ~26 GB/s per core from cache).
+//! Per call: activation quantization (one pass over `x`) and, for 2..64-row batches split
+//! by weight rows, one copy of the output.
 //!
 //! Kernel selection: AVX2+FMA+F16C after runtime detection, otherwise (or with
 //! `STOKER_KERNELS=scalar`) a portable scalar path; see [`dispatch`].
