@@ -20,8 +20,8 @@
 //! weight block is loaded once per step for up to four activation rows, and the eight
 //! rows' results come out in the eight lanes of one register.
 //!
-//! Parallelism and blocking: small products (under [`PAR_MIN_MACS`] multiply-adds) run on
-//! the calling thread. Small batches, and any batch against a matrix too large to re-read
+//! Parallelism and blocking: small products (estimated under [`PAR_MIN_NS`] on one core) run
+//! on the calling thread. Small batches, and any batch against a matrix too large to re-read
 //! per task (the 30 MB output head), are split over weight-row groups so every core
 //! streams a disjoint slice of the weights once (in rounds of at most 64 activation rows);
 //! one activation row writes its output directly, more go through a group-major scratch
@@ -64,9 +64,16 @@ use quant::{Q8Block, QK};
 const GROUP: usize = 8;
 const _: () = assert!(q4_1::GROUP == GROUP && q8_0::GROUP == GROUP && dense::GROUP == GROUP);
 
-/// Products with fewer multiply-adds than this run on the calling thread: below it the
-/// fork/join latency is comparable to the work.
-pub const PAR_MIN_MACS: usize = 1 << 18;
+/// Products estimated to take less than this many nanoseconds on one core run on the
+/// calling thread. A fork/join costs microseconds when the pool is idle, but on a shared
+/// machine a pool thread preempted in the middle of its task holds up the whole call for a
+/// scheduler slice (milliseconds), so only products long enough to amortize that risk are
+/// split.
+pub const PAR_MIN_NS: usize = 100_000;
+/// One core's throughput assumed by that estimate: weight bytes streamed from memory per
+/// nanosecond (8 GB/s) and multiply-adds per nanosecond (50 GMAC/s, about 100 GFLOP/s).
+const SEQ_BYTES_PER_NS: usize = 8;
+const SEQ_MACS_PER_NS: usize = 50;
 /// Batches at least this large are split across threads by activation rows, when the
 /// weights are small enough to be re-read from cache by every task.
 pub const ACT_SPLIT_MIN_T: usize = 32;
@@ -650,7 +657,8 @@ impl Job<'_> {
         let groups = rows.div_ceil(GROUP);
         let threads = rayon::current_num_threads();
         let macs = t.saturating_mul(rows).saturating_mul(self.cols);
-        if threads <= 1 || macs < PAR_MIN_MACS {
+        let est_ns = (self.weight_bytes() / SEQ_BYTES_PER_NS).max(macs / SEQ_MACS_PER_NS);
+        if threads <= 1 || est_ns < PAR_MIN_NS {
             self.run_blocked(0..groups, 0..t, &mut |g, i, v| put(out, rows, 0, g, i, v));
         } else if t >= ACT_SPLIT_MIN_T && self.weight_bytes() <= ACT_SPLIT_MAX_WEIGHT_BYTES {
             // Each task owns whole output rows and re-reads the (cache-resident) weights.
