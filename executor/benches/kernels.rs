@@ -10,7 +10,9 @@
 //! Run with `cargo bench -p stoker-executor --bench kernels`. Needs the model at
 //! `$STOKER_MODEL` or `models/SmolLM2-135M-Instruct.Q4_1.gguf`; `STOKER_BENCH_QUICK=1`
 //! shortens it. Timings are medians of interleaved rounds; the machine is shared, so
-//! compare ratios from one run rather than absolute numbers across runs.
+//! compare ratios from one run rather than absolute numbers across runs. candle's CPU
+//! pool waits at a barrier for all its threads, so under load from other processes it
+//! can lose whole scheduler slices; `CANDLE_NUM_THREADS=1` shows its single-thread speed.
 
 use std::borrow::Cow;
 use std::hint::black_box;
@@ -188,6 +190,7 @@ fn main() -> Result<(), BoxError> {
         rayon::current_num_threads()
     );
 
+    print_load();
     let (one, all, copy) = memory_bandwidth();
     println!(
         "memory bandwidth (512 MiB buffers, best of 4): read-sum 1 thread {one:.1} GB/s, \
@@ -325,5 +328,13 @@ fn main() -> Result<(), BoxError> {
             sc / so
         );
     }
+    print_load();
     Ok(())
+}
+
+/// The machine is shared: show how busy it was (Linux load average), where available.
+fn print_load() {
+    if let Ok(l) = std::fs::read_to_string("/proc/loadavg") {
+        println!("load average: {}", l.trim());
+    }
 }

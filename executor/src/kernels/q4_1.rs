@@ -177,6 +177,23 @@ pub(crate) fn run_avx2(
     for g in groups {
         let gt = &tiles[g * nb..(g + 1) * nb];
         let mut i = rows.start;
+        while i + 6 <= rows.end {
+            let out = tile_avx2(
+                gt,
+                [
+                    row(i),
+                    row(i + 1),
+                    row(i + 2),
+                    row(i + 3),
+                    row(i + 4),
+                    row(i + 5),
+                ],
+            );
+            for (k, o) in out.iter().enumerate() {
+                sink(g, i + k, o);
+            }
+            i += 6;
+        }
         while i + 4 <= rows.end {
             let out = tile_avx2(gt, [row(i), row(i + 1), row(i + 2), row(i + 3)]);
             for (k, o) in out.iter().enumerate() {
