@@ -3,12 +3,11 @@
 //! whatever the batch size. The Q8_0 head is only close: candle's AVX2 Q8_0
 //! dot accumulates in another order.
 
-
 use std::sync::Arc;
 
+use crate::common::model_path;
 use candle_core::quantized::{QMatMul, gguf_file};
 use candle_core::{Device, Module, Tensor};
-use crate::common::model_path;
 use stoker_executor::kernels::{QMatrix, matmul};
 
 fn activations(t: usize, k: usize) -> Vec<f32> {
@@ -22,7 +21,11 @@ fn activations(t: usize, k: usize) -> Vec<f32> {
 fn q4_1_products_equal_candle_bit_for_bit_at_every_batch_size() {
     let mut file = std::fs::File::open(model_path()).unwrap();
     let content = gguf_file::Content::read(&mut file).unwrap();
-    for name in ["blk.0.attn_q.weight", "blk.3.ffn_down.weight", "blk.29.ffn_up.weight"] {
+    for name in [
+        "blk.0.attn_q.weight",
+        "blk.3.ffn_down.weight",
+        "blk.29.ffn_up.weight",
+    ] {
         let qt = content.tensor(&mut file, name, &Device::Cpu).unwrap();
         let (n, k) = qt.shape().dims2().unwrap();
         let ours = QMatrix::from_qtensor(&qt).unwrap();
@@ -32,9 +35,24 @@ fn q4_1_products_equal_candle_bit_for_bit_at_every_batch_size() {
             let mut out = vec![0f32; t * n];
             matmul(&ours, &x, t, &mut out).unwrap();
             let xt = Tensor::from_vec(x, (t, k), &Device::Cpu).unwrap();
-            let theirs: Vec<f32> = reference.forward(&xt).unwrap().flatten_all().unwrap().to_vec1().unwrap();
-            let same = out.iter().zip(&theirs).filter(|(a, b)| a.to_bits() == b.to_bits()).count();
-            assert_eq!(same, out.len(), "{name} t={t}: only {same} of {} outputs equal", out.len());
+            let theirs: Vec<f32> = reference
+                .forward(&xt)
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1()
+                .unwrap();
+            let same = out
+                .iter()
+                .zip(&theirs)
+                .filter(|(a, b)| a.to_bits() == b.to_bits())
+                .count();
+            assert_eq!(
+                same,
+                out.len(),
+                "{name} t={t}: only {same} of {} outputs equal",
+                out.len()
+            );
         }
     }
 }
@@ -43,7 +61,9 @@ fn q4_1_products_equal_candle_bit_for_bit_at_every_batch_size() {
 fn the_q8_0_head_agrees_with_candle_closely() {
     let mut file = std::fs::File::open(model_path()).unwrap();
     let content = gguf_file::Content::read(&mut file).unwrap();
-    let qt = content.tensor(&mut file, "token_embd.weight", &Device::Cpu).unwrap();
+    let qt = content
+        .tensor(&mut file, "token_embd.weight", &Device::Cpu)
+        .unwrap();
     let (n, k) = qt.shape().dims2().unwrap();
     let ours = QMatrix::from_qtensor(&qt).unwrap();
     let reference = QMatMul::from_arc(Arc::new(qt)).unwrap();
@@ -52,7 +72,17 @@ fn the_q8_0_head_agrees_with_candle_closely() {
     let mut out = vec![0f32; t * n];
     matmul(&ours, &x, t, &mut out).unwrap();
     let xt = Tensor::from_vec(x, (t, k), &Device::Cpu).unwrap();
-    let theirs: Vec<f32> = reference.forward(&xt).unwrap().flatten_all().unwrap().to_vec1().unwrap();
-    let worst = out.iter().zip(&theirs).map(|(a, b)| (a - b).abs() / b.abs().max(1.0)).fold(0f32, f32::max);
+    let theirs: Vec<f32> = reference
+        .forward(&xt)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    let worst = out
+        .iter()
+        .zip(&theirs)
+        .map(|(a, b)| (a - b).abs() / b.abs().max(1.0))
+        .fold(0f32, f32::max);
     assert!(worst < 1e-4, "relative difference {worst}");
 }

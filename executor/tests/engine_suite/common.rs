@@ -1,7 +1,6 @@
 #![allow(dead_code)]
 //! Shared helpers for the executor's integration tests.
 
-
 use std::path::PathBuf;
 
 use stoker_executor::chat_template::ChatMessage;

@@ -1,7 +1,6 @@
 //! Engine behaviour end to end on the real model: cancellation frees blocks,
 //! sampling is reproducible per seed, stop strings and lengths end requests.
 
-
 use std::time::{Duration, Instant};
 
 use crate::common::*;

@@ -1,6 +1,5 @@
 //! Loading refuses bad artifacts with typed errors, never a panic.
 
-
 use std::io::Write;
 
 use crate::common::model_path;
