@@ -2,6 +2,7 @@
 //! with candle-transformers' quantized Llama forward within 1e-3. Kept in its
 //! own test binary because it sets `CANDLE_DEQUANTIZE_ALL` for the process.
 
+#[path = "engine_suite/common.rs"]
 mod common;
 
 use candle_core::{Device, Tensor};
