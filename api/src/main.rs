@@ -1,6 +1,125 @@
-//! `stoker`: the composition root. Wires store, transport, storage and engine together.
+//! `stoker`: the composition root. `serve` wires the embedded default
+//! together in one process; `openapi` prints the API document.
 
-fn main() {
-    eprintln!("stoker: no subcommand is implemented yet");
-    std::process::exit(2);
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use stoker_api::config::{Config, Overrides};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "stoker",
+    version,
+    about = "LLM serving with typed backpressure and provenance"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Serve the OpenAI API with an in-process engine on the embedded default.
+    Serve(ServeArgs),
+    /// Print the OpenAPI document (what schemas/openapi.json holds).
+    Openapi,
+}
+
+#[derive(clap::Args, Debug)]
+struct ServeArgs {
+    /// TOML config file (lower precedence than STOKER_* variables and flags).
+    #[arg(long, env = "STOKER_CONFIG")]
+    config: Option<PathBuf>,
+    /// GGUF model file.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Address to listen on (ADDR:PORT); port 0 picks a free one.
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Directory for state.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Allow a non-loopback address without API keys.
+    #[arg(long)]
+    insecure: bool,
+    /// Seconds in-flight requests may run after SIGTERM.
+    #[arg(long)]
+    shutdown_timeout: Option<u64>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Openapi => {
+            print!("{}", stoker_api::openapi::document());
+            ExitCode::SUCCESS
+        }
+        Command::Serve(args) => serve(args),
+    }
+}
+
+fn serve(args: ServeArgs) -> ExitCode {
+    let overrides = Overrides {
+        model: args.model,
+        listen: args.listen,
+        data_dir: args.data_dir,
+        insecure: args.insecure,
+        shutdown_timeout_secs: args.shutdown_timeout,
+    };
+    let config = match Config::load(args.config.as_deref(), &overrides) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("stoker: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    stoker_api::telemetry::init(&config.log_format);
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("stoker-http")
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("stoker: starting the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "stoker serve failed");
+            eprintln!("stoker: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(config: Config) -> anyhow::Result<()> {
+    if !config.model.exists() {
+        anyhow::bail!(
+            "model file {} not found; run scripts/fetch-model.sh or pass --model",
+            config.model.display()
+        );
+    }
+    let server = stoker_api::serve::start(config).await?;
+    println!("stoker listening on http://{}", server.addr);
+    tracing::info!(addr = %server.addr, "listening");
+    let trigger = server.shutdown_trigger();
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        trigger();
+    });
+    server.wait().await
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("interrupt received"),
+    }
 }

@@ -93,6 +93,7 @@ fn run(
                         tokens += token_ids.len();
                     }
                     EngineEvent::Finished { .. } => break,
+                    EngineEvent::Started { .. } => {}
                     EngineEvent::Error(e) => panic!("{e}"),
                 }
             }

@@ -269,6 +269,9 @@ impl EngineCore {
                 if s.first_scheduled_at.is_none() {
                     s.first_scheduled_at = Some(now);
                     s.cached_prompt_tokens = c.start;
+                    let _ = s.events.send(EngineEvent::Started {
+                        queue: now.saturating_duration_since(s.submitted_at),
+                    });
                 }
                 if c.start + c.len <= s.prompt_len || s.first_token_at.is_none() {
                     prefill_tokens += c.len;

@@ -52,6 +52,11 @@ pub struct Timings {
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum EngineEvent {
+    /// The request was scheduled for the first time, after `queue` in the
+    /// waiting queue. Sent once, before any `Delta`. Refusals (queue full,
+    /// cannot fit) come as `Error` instead, so a caller that waits for this
+    /// event knows the request was admitted by the engine.
+    Started { queue: Duration },
     /// Newly decoded text (never a broken UTF-8 sequence, never part of a stop
     /// string) and the token ids that produced it.
     Delta { text: String, token_ids: Vec<u32> },

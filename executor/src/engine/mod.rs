@@ -280,6 +280,16 @@ impl RequestHandle {
         ev
     }
 
+    /// Next `Delta`, `Finished` or `Error`, skipping `Started`.
+    pub fn next_output_blocking(&mut self) -> Option<EngineEvent> {
+        loop {
+            match self.next_blocking() {
+                Some(EngineEvent::Started { .. }) => continue,
+                other => return other,
+            }
+        }
+    }
+
     /// Blocking variant for synchronous callers (tests, benchmarks, CLI).
     pub fn next_blocking(&mut self) -> Option<EngineEvent> {
         if self.done {
@@ -322,6 +332,7 @@ impl RequestHandle {
                     c.timings = timings;
                 }
                 EngineEvent::Error(e) => c.error = Some(e),
+                EngineEvent::Started { .. } => {}
             }
         }
         c

@@ -48,7 +48,10 @@ fn greedy_tokens_are_identical_alone_in_a_crowd_and_after_preemption() {
     }
     // Let the companions get going before the eight arrive.
     for h in others.iter_mut() {
-        assert!(matches!(h.next_blocking(), Some(EngineEvent::Delta { .. })));
+        assert!(matches!(
+            h.next_output_blocking(),
+            Some(EngineEvent::Delta { .. })
+        ));
     }
     let mut handles = Vec::new();
     for p in &prompts {
@@ -90,7 +93,7 @@ fn greedy_tokens_are_identical_alone_in_a_crowd_and_after_preemption() {
             .unwrap();
         let mut ids = Vec::new();
         while ids.len() < 1 + 2 * i {
-            match h.next_blocking() {
+            match h.next_output_blocking() {
                 Some(EngineEvent::Delta { token_ids, .. }) => ids.extend(token_ids),
                 other => panic!("unexpected {other:?}"),
             }

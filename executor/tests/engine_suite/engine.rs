@@ -41,7 +41,7 @@ fn cancelling_100_in_flight_sequences_returns_the_pool_to_idle() {
     // Wait until some are decoding, then cancel every one: half explicitly,
     // half by dropping the handle.
     assert!(matches!(
-        handles[0].next_blocking(),
+        handles[0].next_output_blocking(),
         Some(EngineEvent::Delta { .. })
     ));
     wait_until(|| engine.stats().kv_blocks_used > 0, "blocks in use");
@@ -193,7 +193,7 @@ fn a_full_waiting_queue_is_a_typed_refusal() {
         ))
         .unwrap();
     assert!(matches!(
-        first.next_blocking(),
+        first.next_output_blocking(),
         Some(EngineEvent::Delta { .. })
     ));
     let _second = engine

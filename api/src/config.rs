@@ -1,0 +1,328 @@
+//! One layered configuration: built-in defaults, then a TOML file, then
+//! `STOKER_*` environment variables (nested keys joined with `__`), then
+//! command-line flags. `Config::load` is the only place these meet.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+
+use crate::auth::ApiKeyConfig;
+
+pub const DEFAULT_MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Address to listen on. Non-loopback needs API keys or `insecure`.
+    pub listen: SocketAddr,
+    /// Path of the GGUF model file.
+    pub model: PathBuf,
+    /// Model id clients send; defaults to the file name without `.gguf`.
+    pub served_model_name: Option<String>,
+    /// Where state lives (event store, batch files).
+    pub data_dir: PathBuf,
+    /// Allow a non-loopback listen address without API keys.
+    pub insecure: bool,
+    /// On SIGTERM, how long in-flight requests may run before they are ended.
+    pub shutdown_timeout_secs: u64,
+    /// Name of this executor in provenance headers.
+    pub executor_id: String,
+    /// `text` or `json`.
+    pub log_format: String,
+    pub limits: LimitsConfig,
+    pub engine: EngineSection,
+    pub admission: AdmissionConfig,
+    pub api_keys: Vec<ApiKeyConfig>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Prompt tokens at most; 0 means the model's context window.
+    pub max_input_tokens: usize,
+    /// `max_tokens` at most; 0 means the model's context window.
+    pub max_output_tokens: usize,
+    /// Request bodies larger than this are refused with 413.
+    pub max_body_bytes: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            max_input_tokens: 0,
+            max_output_tokens: 0,
+            max_body_bytes: 4 << 20,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineSection {
+    pub kv_cache_mib: usize,
+    pub max_num_seqs: usize,
+    pub max_batched_tokens: usize,
+    /// Forward-pass threads; 0 means one per core.
+    pub threads: usize,
+    pub enable_prefix_caching: bool,
+    pub interactive_reserve_share: f32,
+}
+
+impl Default for EngineSection {
+    fn default() -> Self {
+        let e = stoker_executor::EngineConfig::default();
+        EngineSection {
+            kv_cache_mib: e.kv_cache_bytes >> 20,
+            max_num_seqs: e.max_num_seqs,
+            max_batched_tokens: e.max_batched_tokens,
+            threads: e.threads,
+            enable_prefix_caching: e.enable_prefix_caching,
+            interactive_reserve_share: e.interactive_reserve_share,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdmissionConfig {
+    /// Requests admitted beyond the running slots (`engine.max_num_seqs`).
+    pub max_waiting_requests: usize,
+    /// Prompt + max_tokens of all requests not yet scheduled.
+    pub max_waiting_tokens: usize,
+    /// Retry-After is clamped to this many seconds.
+    pub max_retry_after_secs: u64,
+}
+
+impl Default for AdmissionConfig {
+    fn default() -> Self {
+        AdmissionConfig {
+            max_waiting_requests: 256,
+            max_waiting_tokens: 256 * 1024,
+            max_retry_after_secs: 60,
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            model: PathBuf::from(DEFAULT_MODEL),
+            served_model_name: None,
+            data_dir: PathBuf::from("data"),
+            insecure: false,
+            shutdown_timeout_secs: 30,
+            executor_id: "embedded-0".into(),
+            log_format: "text".into(),
+            limits: LimitsConfig::default(),
+            engine: EngineSection::default(),
+            admission: AdmissionConfig::default(),
+            api_keys: Vec::new(),
+        }
+    }
+}
+
+/// Values from command-line flags; `None` leaves the lower layers' value.
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    pub model: Option<PathBuf>,
+    pub listen: Option<SocketAddr>,
+    pub data_dir: Option<PathBuf>,
+    pub insecure: bool,
+    pub shutdown_timeout_secs: Option<u64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("configuration: {0}")]
+    Invalid(String),
+    #[error(
+        "refusing to listen on non-loopback address {0} without API keys; configure [[api_keys]] or pass --insecure"
+    )]
+    InsecureListen(SocketAddr),
+}
+
+impl Config {
+    /// Defaults < TOML file < `STOKER_*` env < flags.
+    pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigError> {
+        Self::load_from(file, Env::prefixed("STOKER_").split("__"), overrides)
+    }
+
+    pub fn load_from(
+        file: Option<&Path>,
+        env: Env,
+        overrides: &Overrides,
+    ) -> Result<Config, ConfigError> {
+        let mut fig = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(f) = file {
+            if !f.exists() {
+                return Err(ConfigError::Invalid(format!(
+                    "config file {} does not exist",
+                    f.display()
+                )));
+            }
+            fig = fig.merge(Toml::file(f));
+        }
+        // `STOKER_LOG` is the log filter, not a config key.
+        fig = fig.merge(env.ignore(&["LOG", "KERNELS"]));
+        let mut c: Config = fig
+            .extract()
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        if let Some(m) = &overrides.model {
+            c.model = m.clone();
+        }
+        if let Some(l) = overrides.listen {
+            c.listen = l;
+        }
+        if let Some(d) = &overrides.data_dir {
+            c.data_dir = d.clone();
+        }
+        if overrides.insecure {
+            c.insecure = true;
+        }
+        if let Some(t) = overrides.shutdown_timeout_secs {
+            c.shutdown_timeout_secs = t;
+        }
+        c.check()?;
+        Ok(c)
+    }
+
+    fn check(&self) -> Result<(), ConfigError> {
+        if !self.listen.ip().is_loopback() && self.api_keys.is_empty() && !self.insecure {
+            return Err(ConfigError::InsecureListen(self.listen));
+        }
+        if self.engine.max_num_seqs == 0 {
+            return Err(ConfigError::Invalid(
+                "engine.max_num_seqs must be >= 1".into(),
+            ));
+        }
+        if !(0.0..1.0).contains(&self.engine.interactive_reserve_share) {
+            return Err(ConfigError::Invalid(
+                "engine.interactive_reserve_share must be in [0, 1)".into(),
+            ));
+        }
+        if !matches!(self.log_format.as_str(), "text" | "json") {
+            return Err(ConfigError::Invalid(
+                "log_format must be `text` or `json`".into(),
+            ));
+        }
+        for (i, k) in self.api_keys.iter().enumerate() {
+            k.check()
+                .map_err(|m| ConfigError::Invalid(format!("api_keys[{i}]: {m}")))?;
+        }
+        Ok(())
+    }
+
+    pub fn engine_config(&self) -> stoker_executor::EngineConfig {
+        let e = &self.engine;
+        stoker_executor::EngineConfig {
+            kv_cache_bytes: e.kv_cache_mib << 20,
+            max_num_seqs: e.max_num_seqs,
+            max_batched_tokens: e.max_batched_tokens,
+            // The edge admits first; the engine's own bound is a backstop
+            // that must never be stricter than the edge.
+            max_waiting_requests: self.admission.max_waiting_requests + e.max_num_seqs + 16,
+            max_waiting_tokens: self
+                .admission
+                .max_waiting_tokens
+                .saturating_mul(2)
+                .max(1 << 20),
+            interactive_reserve_share: e.interactive_reserve_share,
+            enable_prefix_caching: e.enable_prefix_caching,
+            threads: e.threads,
+            ..Default::default()
+        }
+    }
+
+    /// The model id clients use.
+    pub fn model_id(&self) -> String {
+        self.served_model_name.clone().unwrap_or_else(|| {
+            self.model
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "model".into())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env_of(pairs: &[(&str, &str)]) -> Env {
+        // figment's Env reads the process environment; tests use a unique
+        // prefix so they do not see each other's variables.
+        let prefix = format!("STOKERTEST{}_", std::process::id());
+        for (k, v) in pairs {
+            // SAFETY: tests in this module do not read these vars concurrently
+            // with other threads writing them: each name is unique to this test.
+            unsafe { std::env::set_var(format!("{prefix}{k}"), v) };
+        }
+        Env::prefixed(&prefix).split("__")
+    }
+
+    #[test]
+    fn layers_file_env_flags() {
+        let dir = std::env::temp_dir().join(format!("stoker-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("c.toml");
+        std::fs::write(
+            &f,
+            "listen = \"127.0.0.1:9000\"\nshutdown_timeout_secs = 5\n[engine]\nmax_num_seqs = 8\n[admission]\nmax_waiting_requests = 3\n",
+        )
+        .unwrap();
+        let env = env_of(&[("ADMISSION__MAX_WAITING_REQUESTS", "7")]);
+        let c = Config::load_from(
+            Some(&f),
+            env,
+            &Overrides {
+                shutdown_timeout_secs: Some(9),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(c.listen.port(), 9000);
+        assert_eq!(c.engine.max_num_seqs, 8);
+        assert_eq!(c.admission.max_waiting_requests, 7, "env beats file");
+        assert_eq!(c.shutdown_timeout_secs, 9, "flag beats file");
+        assert_eq!(c.model_id(), "SmolLM2-135M-Instruct.Q4_1");
+    }
+
+    #[test]
+    fn refuses_public_listen_without_keys() {
+        let o = Overrides {
+            listen: Some("0.0.0.0:8080".parse().unwrap()),
+            ..Default::default()
+        };
+        let e = Config::load_from(None, env_of(&[]), &o).unwrap_err();
+        assert!(matches!(e, ConfigError::InsecureListen(_)), "{e}");
+        let o = Overrides {
+            insecure: true,
+            ..o
+        };
+        Config::load_from(None, env_of(&[]), &o).unwrap();
+    }
+
+    #[test]
+    fn unknown_and_malformed_keys_are_errors() {
+        let dir = std::env::temp_dir().join(format!("stoker-cfg2-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("bad.toml");
+        std::fs::write(&f, "lisen = \"127.0.0.1:1\"\n").unwrap();
+        let e = Config::load_from(Some(&f), env_of(&[]), &Overrides::default()).unwrap_err();
+        assert!(e.to_string().contains("lisen"), "{e}");
+        std::fs::write(&f, "[engine]\nmax_num_seqs = \"many\"\n").unwrap();
+        assert!(Config::load_from(Some(&f), env_of(&[]), &Overrides::default()).is_err());
+        std::fs::write(
+            &f,
+            "[[api_keys]]\nkey = \"\"\ntenant = \"t\"\nscopes = [\"inference\"]\n",
+        )
+        .unwrap();
+        assert!(Config::load_from(Some(&f), env_of(&[]), &Overrides::default()).is_err());
+        let missing = dir.join("nope.toml");
+        assert!(Config::load_from(Some(&missing), env_of(&[]), &Overrides::default()).is_err());
+    }
+}

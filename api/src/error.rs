@@ -1,0 +1,239 @@
+//! The API layer's one error enum, and the one place it becomes HTTP.
+//!
+//! Every refusal the server makes is a variant here; [`ApiError::status`],
+//! [`ApiError::code`] and [`ApiError::body`] give its status, catalogue code
+//! and OpenAI body, and `IntoResponse` adds `Retry-After` where the catalogue
+//! says the client may retry. Streams that fail after they started send the
+//! same body in an SSE `error` event (see `stream.rs`).
+
+use std::time::Duration;
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use stoker_executor::{EngineError, ValidationError};
+use stoker_schemas::error::{ErrorBody, ErrorDetail};
+
+/// How long a refused client should wait, computed from the measured drain rate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryAfter(pub Duration);
+
+impl RetryAfter {
+    /// Whole seconds for the `Retry-After` header (at least 1).
+    pub fn secs(self) -> u64 {
+        self.0.as_millis().div_ceil(1000).max(1) as u64
+    }
+    pub fn millis(self) -> u64 {
+        (self.0.as_millis() as u64).max(1)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{message}")]
+    InvalidValue {
+        message: String,
+        param: Option<String>,
+    },
+    #[error("{message}")]
+    MissingField { message: String, param: String },
+    #[error("{message}")]
+    Unsupported { message: String, param: String },
+    #[error("{0}")]
+    ContextLengthExceeded(String),
+    #[error("the model `{0}` does not exist")]
+    ModelNotFound(String),
+    #[error("no route for {0}")]
+    RouteNotFound(String),
+    #[error("method {0} is not allowed here")]
+    MethodNotAllowed(String),
+    #[error("{0}")]
+    InvalidApiKey(&'static str),
+    #[error("this API key lacks the `{0}` scope")]
+    InsufficientScope(&'static str),
+    #[error("the request body is larger than {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    #[error("{message}")]
+    Overloaded {
+        message: String,
+        retry_after: RetryAfter,
+    },
+    #[error("{message}")]
+    DeadlineInfeasible {
+        message: String,
+        retry_after: RetryAfter,
+    },
+    #[error("{message}")]
+    NotReady {
+        message: String,
+        retry_after: RetryAfter,
+    },
+    /// Opaque to the client; the detail only goes to the log.
+    #[error("internal error")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn invalid(message: impl Into<String>, param: impl Into<String>) -> Self {
+        ApiError::InvalidValue {
+            message: message.into(),
+            param: Some(param.into()),
+        }
+    }
+
+    pub fn unsupported(param: &str, what: &str) -> Self {
+        ApiError::Unsupported {
+            message: format!("`{param}`: {what} is not supported by this server yet"),
+            param: param.to_string(),
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        use ApiError::*;
+        match self {
+            InvalidValue { .. }
+            | MissingField { .. }
+            | Unsupported { .. }
+            | ContextLengthExceeded(_) => StatusCode::BAD_REQUEST,
+            ModelNotFound(_) | RouteNotFound(_) => StatusCode::NOT_FOUND,
+            MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            InvalidApiKey(_) => StatusCode::UNAUTHORIZED,
+            InsufficientScope(_) => StatusCode::FORBIDDEN,
+            PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Overloaded { .. } | DeadlineInfeasible { .. } | NotReady { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The catalogue code (DESIGN section 9).
+    pub fn code(&self) -> &'static str {
+        use ApiError::*;
+        match self {
+            InvalidValue { .. } | Unsupported { .. } => "invalid_value",
+            MissingField { .. } => "missing_field",
+            ContextLengthExceeded(_) => "context_length_exceeded",
+            ModelNotFound(_) => "model_not_found",
+            RouteNotFound(_) => "not_found",
+            MethodNotAllowed(_) => "method_not_allowed",
+            InvalidApiKey(_) => "invalid_api_key",
+            InsufficientScope(_) => "insufficient_scope",
+            PayloadTooLarge { .. } => "payload_too_large",
+            Overloaded { .. } => "server_overloaded",
+            DeadlineInfeasible { .. } => "deadline_infeasible",
+            NotReady { .. } => "not_ready",
+            Internal(_) => "internal_error",
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self.status() {
+            StatusCode::UNAUTHORIZED => "authentication_error",
+            StatusCode::FORBIDDEN => "permission_error",
+            StatusCode::NOT_FOUND => "not_found_error",
+            StatusCode::SERVICE_UNAVAILABLE => "overloaded_error",
+            StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
+            s if s.is_server_error() => "server_error",
+            _ => "invalid_request_error",
+        }
+    }
+
+    fn param(&self) -> Option<String> {
+        use ApiError::*;
+        match self {
+            InvalidValue { param, .. } => param.clone(),
+            MissingField { param, .. } | Unsupported { param, .. } => Some(param.clone()),
+            ContextLengthExceeded(_) => Some("messages".into()),
+            ModelNotFound(_) => Some("model".into()),
+            _ => None,
+        }
+    }
+
+    pub fn retry_after(&self) -> Option<RetryAfter> {
+        match self {
+            ApiError::Overloaded { retry_after, .. }
+            | ApiError::DeadlineInfeasible { retry_after, .. }
+            | ApiError::NotReady { retry_after, .. } => Some(*retry_after),
+            _ => None,
+        }
+    }
+
+    pub fn body(&self) -> ErrorBody {
+        let message = match self {
+            // Never leak internals to the client.
+            ApiError::Internal(_) => "internal server error; see the server log".to_string(),
+            other => other.to_string(),
+        };
+        ErrorBody {
+            error: ErrorDetail {
+                message,
+                kind: self.kind().to_string(),
+                param: self.param(),
+                code: self.code().to_string(),
+            },
+        }
+    }
+
+    /// A refusal that the engine decided (queue full, cannot fit, stopped).
+    pub fn from_engine(e: EngineError, retry_after: RetryAfter) -> Self {
+        match e {
+            EngineError::Invalid(v) => v.into(),
+            EngineError::QueueFull { .. } => ApiError::Overloaded {
+                message: "the server's waiting queue is full; retry later".into(),
+                retry_after,
+            },
+            EngineError::CannotFit => ApiError::Overloaded {
+                message: "the request does not fit in the KV cache available now; retry later"
+                    .into(),
+                retry_after,
+            },
+            EngineError::ShuttingDown => ApiError::NotReady {
+                message: "the server is shutting down".into(),
+                retry_after,
+            },
+            EngineError::Stopped(m) | EngineError::Internal(m) => ApiError::Internal(m),
+        }
+    }
+}
+
+impl From<ValidationError> for ApiError {
+    fn from(e: ValidationError) -> Self {
+        use ValidationError::*;
+        let param = match &e {
+            EmptyPrompt | TokenOutOfRange { .. } => "prompt",
+            PromptTooLong { .. } | ContextLengthExceeded { .. } => {
+                return ApiError::ContextLengthExceeded(e.to_string());
+            }
+            InputTooLong { .. } => "messages",
+            ZeroMaxTokens | MaxTokensTooLarge { .. } => "max_tokens",
+            BadTemperature(_) => "temperature",
+            BadTopP(_) => "top_p",
+            BadTopK => "top_k",
+            TooManyStops { .. } | BadStop { .. } => "stop",
+        };
+        ApiError::invalid(e.to_string(), param)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if let ApiError::Internal(detail) = &self {
+            tracing::error!(%detail, "internal error");
+        }
+        let status = self.status();
+        let retry = self.retry_after();
+        let mut resp = (status, axum::Json(self.body())).into_response();
+        if let Some(r) = retry {
+            let h = resp.headers_mut();
+            h.insert(header::RETRY_AFTER, HeaderValue::from(r.secs()));
+            h.insert("retry-after-ms", HeaderValue::from(r.millis()));
+        }
+        resp.extensions_mut().insert(RejectedCode(self.code()));
+        resp
+    }
+}
+
+/// Attached to every error response so the metrics layer can count
+/// rejections by code without parsing bodies.
+#[derive(Clone, Copy, Debug)]
+pub struct RejectedCode(pub &'static str);

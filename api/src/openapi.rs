@@ -1,0 +1,44 @@
+//! The OpenAPI document, generated from the route annotations and schema
+//! derives. `stoker openapi` prints it; `schemas/openapi.json` is the
+//! checked-in copy and a test fails when the two drift.
+
+use utoipa::OpenApi;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "stoker",
+        description = "OpenAI-compatible LLM serving with typed backpressure and provenance.",
+        license(name = "Apache-2.0")
+    ),
+    paths(
+        crate::routes::completions::chat_completions,
+        crate::routes::completions::completions,
+        crate::routes::models::list_models,
+        crate::routes::models::get_model,
+        crate::routes::health::live,
+        crate::routes::health::ready,
+        crate::routes::health::metrics,
+    ),
+    components(schemas(
+        stoker_schemas::error::ErrorBody,
+        stoker_schemas::error::ErrorDetail,
+        stoker_schemas::openai::ChatCompletionRequest,
+        stoker_schemas::openai::ChatCompletion,
+        stoker_schemas::openai::ChatCompletionChunk,
+        stoker_schemas::openai::CompletionRequest,
+        stoker_schemas::openai::Completion,
+        stoker_schemas::openai::ModelList,
+        stoker_schemas::openai::ModelCard,
+    ))
+)]
+pub struct ApiDoc;
+
+/// The document as pretty JSON with a trailing newline.
+pub fn document() -> String {
+    let mut s = ApiDoc::openapi()
+        .to_pretty_json()
+        .expect("the OpenAPI document serializes");
+    s.push('\n');
+    s
+}

@@ -1,0 +1,191 @@
+//! The single-process server: bind, load the model in the background (ready
+//! stays false until a warm-up generation succeeds), serve, and drain.
+//!
+//! Drain keeps accepting connections so load balancers see a 503 from
+//! `/health/ready` and clients get a typed `not_ready` instead of a refused
+//! connection. In-flight requests run on until they finish or until the
+//! shutdown timeout; then the remaining ones end with a typed error event and
+//! the listener closes.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use stoker_executor::{Engine, LoadOptions, Model};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::config::Config;
+use crate::routes;
+use crate::state::{AppState, Phase};
+
+/// A running server.
+pub struct Server {
+    pub addr: SocketAddr,
+    pub state: AppState,
+    drain: Arc<watch::Sender<bool>>,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server").field("addr", &self.addr).finish()
+    }
+}
+
+/// Binds the listener and starts serving at once; the model loads in the
+/// background while `/health/ready` answers 503.
+pub async fn start(config: Config) -> anyhow::Result<Server> {
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("creating data dir {}", config.data_dir.display()))?;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    let addr = listener.local_addr()?;
+    let shutdown_timeout = Duration::from_secs(config.shutdown_timeout_secs);
+    let state = AppState::new(config);
+    let (drain, drain_rx) = watch::channel(false);
+    let task = tokio::spawn(run(listener, state.clone(), drain_rx, shutdown_timeout));
+    Ok(Server {
+        addr,
+        state,
+        drain: Arc::new(drain),
+        task,
+    })
+}
+
+impl Server {
+    /// Starts draining, as SIGTERM does.
+    pub fn begin_shutdown(&self) {
+        self.drain.send_replace(true);
+    }
+
+    /// A handle that starts draining when called, usable after `wait` took the server.
+    pub fn shutdown_trigger(&self) -> impl Fn() + Send + Sync + 'static {
+        let d = self.drain.clone();
+        move || {
+            d.send_replace(true);
+        }
+    }
+
+    /// Waits until the server has stopped.
+    pub async fn wait(self) -> anyhow::Result<()> {
+        self.task.await.context("server task panicked")?
+    }
+
+    /// Waits until ready, or fails if loading failed or time ran out.
+    pub async fn wait_ready(&self, timeout: Duration) -> anyhow::Result<()> {
+        let until = Instant::now() + timeout;
+        loop {
+            match self.state.phase() {
+                Phase::Ready => return Ok(()),
+                Phase::Failed => anyhow::bail!("model loading failed"),
+                _ if Instant::now() > until => anyhow::bail!("not ready after {timeout:?}"),
+                _ => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    }
+}
+
+async fn run(
+    listener: TcpListener,
+    state: AppState,
+    mut drain: watch::Receiver<bool>,
+    shutdown_timeout: Duration,
+) -> anyhow::Result<()> {
+    let loader = {
+        let state = state.clone();
+        tokio::task::spawn_blocking(move || load(&state))
+    };
+    let (close_tx, mut close_rx) = watch::channel(false);
+    let app = routes::router(state.clone());
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        let _ = close_rx.wait_for(|v| *v).await;
+    });
+    let mut server = std::pin::pin!(server.into_future());
+    let mut loader = std::pin::pin!(loader);
+    let mut load_result: Option<anyhow::Result<()>> = None;
+    loop {
+        tokio::select! {
+            r = &mut server => return r.context("serving HTTP"),
+            r = &mut loader, if load_result.is_none() => {
+                let r = r.context("model loader panicked").and_then(|r| r);
+                if let Err(e) = &r {
+                    tracing::error!(error = %format!("{e:#}"), "model loading failed");
+                    state.set_phase(Phase::Failed);
+                    close_tx.send_replace(true);
+                }
+                load_result = Some(r);
+            }
+            _ = async { drop(drain.wait_for(|v| *v).await) } => {
+                tracing::info!(timeout_s = shutdown_timeout.as_secs(), "draining");
+                drain_in_flight(&state, shutdown_timeout).await;
+                close_tx.send_replace(true);
+                // Connections still open after the hard stop get a short grace.
+                return match tokio::time::timeout(Duration::from_secs(5), &mut server).await {
+                    Ok(r) => r.context("serving HTTP"),
+                    Err(_) => {
+                        tracing::warn!("connections still open after drain; closing");
+                        Ok(())
+                    }
+                };
+            }
+        }
+        if let Some(Err(_)) = &load_result {
+            let _ = tokio::time::timeout(Duration::from_secs(2), &mut server).await;
+            return load_result.unwrap_or(Ok(()));
+        }
+    }
+}
+
+async fn drain_in_flight(state: &AppState, timeout: Duration) {
+    state.set_phase(Phase::Draining);
+    let until = Instant::now() + timeout;
+    let in_flight = || {
+        let s = state.admission.snapshot();
+        s.waiting + s.running
+    };
+    while in_flight() > 0 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let left = in_flight();
+    if left > 0 {
+        tracing::warn!(
+            requests = left,
+            "shutdown timeout reached; ending in-flight requests"
+        );
+        state.trigger_hard_stop();
+        let until = Instant::now() + Duration::from_secs(5);
+        while in_flight() > 0 && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+    tracing::info!("drained");
+}
+
+/// Loads the model, starts the engine and runs a warm-up generation.
+fn load(state: &AppState) -> anyhow::Result<()> {
+    let cfg = &state.config;
+    let t0 = Instant::now();
+    let model = Model::load(&cfg.model, LoadOptions::default())
+        .with_context(|| format!("loading model {}", cfg.model.display()))?;
+    let engine = Engine::start(model, cfg.engine_config()).context("starting the engine")?;
+    let engine = Arc::new(engine);
+    state.install(engine.clone());
+    let served = state.served().expect("just installed");
+    tracing::info!(
+        model = %served.provenance.model_id,
+        revision = %served.provenance.revision,
+        sha256 = %served.provenance.sha256,
+        load_ms = t0.elapsed().as_millis() as u64,
+        "model loaded; warming up"
+    );
+    state.set_phase(Phase::WarmingUp);
+    let t1 = Instant::now();
+    engine.warm_up().context("warm-up generation")?;
+    state.set_phase(Phase::Ready);
+    tracing::info!(warm_up_ms = t1.elapsed().as_millis() as u64, "ready");
+    Ok(())
+}

@@ -1,0 +1,219 @@
+//! Shared server state: configuration, auth, admission, metrics, the served
+//! model (set once loading finishes) and the lifecycle phase that readiness
+//! reports.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::http::{HeaderMap, HeaderValue};
+use stoker_executor::{Engine, RequestLimits};
+use tokio::sync::watch;
+
+use crate::admission::{Admission, AdmissionLimits};
+use crate::auth::Authenticator;
+use crate::config::Config;
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+
+/// Where the server is in its life. Only `Ready` serves inference.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Phase {
+    Loading = 0,
+    WarmingUp = 1,
+    Ready = 2,
+    Draining = 3,
+    Failed = 4,
+}
+
+impl Phase {
+    fn from_u8(v: u8) -> Phase {
+        match v {
+            0 => Phase::Loading,
+            1 => Phase::WarmingUp,
+            2 => Phase::Ready,
+            3 => Phase::Draining,
+            _ => Phase::Failed,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Loading => "loading",
+            Phase::WarmingUp => "warming_up",
+            Phase::Ready => "ready",
+            Phase::Draining => "draining",
+            Phase::Failed => "failed",
+        }
+    }
+}
+
+/// Which exact artifact answers: sent on every response.
+#[derive(Clone, Debug)]
+pub struct Provenance {
+    pub model_id: String,
+    pub revision: String,
+    pub sha256: String,
+    pub executor: String,
+    pub fingerprint: String,
+}
+
+impl Provenance {
+    pub fn new(model_id: String, sha256: String, executor: String) -> Self {
+        let revision = sha256.chars().take(12).collect::<String>();
+        Provenance {
+            model_id,
+            fingerprint: format!("fp_{revision}"),
+            revision,
+            sha256,
+            executor,
+        }
+    }
+
+    pub fn apply(&self, h: &mut HeaderMap) {
+        let mut put = |k: &'static str, v: &str| {
+            if let Ok(v) = HeaderValue::from_str(v) {
+                h.insert(k, v);
+            }
+        };
+        put("x-stoker-revision", &self.revision);
+        put("x-stoker-model-sha256", &self.sha256);
+        put("x-stoker-executor", &self.executor);
+    }
+}
+
+/// The loaded model and what requests are validated against.
+pub struct Served {
+    pub engine: Arc<Engine>,
+    pub provenance: Provenance,
+    pub limits: RequestLimits,
+    pub metrics: Metrics,
+    pub created: u64,
+}
+
+pub struct Inner {
+    pub config: Config,
+    pub auth: Authenticator,
+    pub admission: Arc<Admission>,
+    pub model_id: String,
+    phase: AtomicU8,
+    served: OnceLock<Served>,
+    /// Flips to true when in-flight requests must end now (shutdown timeout).
+    hard_stop: watch::Sender<bool>,
+}
+
+#[derive(Clone)]
+pub struct AppState(pub Arc<Inner>);
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState")
+            .field("phase", &self.phase())
+            .finish()
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
+
+impl AppState {
+    pub fn new(config: Config) -> Self {
+        let auth = Authenticator::new(&config.api_keys);
+        let admission = Admission::new(AdmissionLimits {
+            max_num_seqs: config.engine.max_num_seqs,
+            max_waiting_requests: config.admission.max_waiting_requests,
+            max_waiting_tokens: config.admission.max_waiting_tokens,
+            max_retry_after: std::time::Duration::from_secs(
+                config.admission.max_retry_after_secs.max(1),
+            ),
+        });
+        let (hard_stop, _) = watch::channel(false);
+        AppState(Arc::new(Inner {
+            model_id: config.model_id(),
+            config,
+            auth,
+            admission,
+            phase: AtomicU8::new(Phase::Loading as u8),
+            served: OnceLock::new(),
+            hard_stop,
+        }))
+    }
+
+    pub fn phase(&self) -> Phase {
+        Phase::from_u8(self.phase.load(Ordering::SeqCst))
+    }
+
+    pub fn set_phase(&self, p: Phase) {
+        // Draining is final: a late warm-up must not make a draining server ready.
+        let _ = self
+            .phase
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |cur| {
+                if cur == Phase::Draining as u8 && p != Phase::Draining {
+                    None
+                } else {
+                    Some(p as u8)
+                }
+            });
+    }
+
+    /// Installs the loaded engine; readiness still waits for warm-up.
+    pub fn install(&self, engine: Arc<Engine>) {
+        let info = engine.info().clone();
+        let mut limits = engine.model_limits();
+        let cfg = &self.config.limits;
+        if cfg.max_input_tokens > 0 {
+            limits.max_input_tokens = cfg.max_input_tokens.min(limits.max_input_tokens);
+        }
+        if cfg.max_output_tokens > 0 {
+            limits.max_output_tokens = cfg.max_output_tokens.min(limits.max_output_tokens);
+        }
+        let provenance = Provenance::new(
+            self.model_id.clone(),
+            info.identity.sha256.clone(),
+            self.config.executor_id.clone(),
+        );
+        let metrics = Metrics::new(&self.model_id, &provenance.revision);
+        let _ = self.served.set(Served {
+            engine,
+            provenance,
+            limits,
+            metrics,
+            created: unix_now(),
+        });
+    }
+
+    pub fn served(&self) -> Option<&Served> {
+        self.served.get()
+    }
+
+    /// The served model if the server takes inference now, else `not_ready`.
+    pub fn ready(&self) -> Result<&Served, ApiError> {
+        match (self.phase(), self.served.get()) {
+            (Phase::Ready, Some(s)) => Ok(s),
+            (p, _) => Err(ApiError::NotReady {
+                message: format!("the server is not ready ({})", p.as_str()),
+                retry_after: self.admission.retry_hint(),
+            }),
+        }
+    }
+
+    pub fn hard_stop(&self) -> watch::Receiver<bool> {
+        self.hard_stop.subscribe()
+    }
+
+    pub fn trigger_hard_stop(&self) {
+        self.hard_stop.send_replace(true);
+    }
+}
+
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}

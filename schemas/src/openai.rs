@@ -1,0 +1,295 @@
+//! OpenAI-compatible request and response bodies for chat completions,
+//! completions and model listing.
+//!
+//! Requests keep every field the OpenAI API defines that changes the result,
+//! even those stoker does not serve yet (`n`, `tools`, `logprobs`, ...), so the
+//! API can refuse them by name instead of silently ignoring them. Fields the
+//! API does not know are ignored, as OpenAI clients expect.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+/// `stop`: one string or a list of up to four.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum StopSpec {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl StopSpec {
+    pub fn into_vec(self) -> Vec<String> {
+        match self {
+            StopSpec::One(s) => vec![s],
+            StopSpec::Many(v) => v,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct StreamOptions {
+    /// Send a last chunk with `usage` (and empty `choices`) before `[DONE]`.
+    #[serde(default)]
+    pub include_usage: Option<bool>,
+}
+
+/// A message's content: a string, or an array of content parts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum MessageContent {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+/// One content part. Only `text` parts are served; others are refused by name.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ContentPart {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub text: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ChatMessageIn {
+    /// `system`, `developer` (treated as system), `user` or `assistant`.
+    pub role: String,
+    #[serde(default)]
+    pub content: Option<MessageContent>,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub tool_calls: Option<Value>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ChatCompletionRequest {
+    /// A model id from `GET /v1/models`.
+    pub model: String,
+    pub messages: Vec<ChatMessageIn>,
+    #[serde(default)]
+    pub stream: Option<bool>,
+    #[serde(default)]
+    pub stream_options: Option<StreamOptions>,
+    /// Deprecated alias of `max_completion_tokens`.
+    #[serde(default)]
+    pub max_tokens: Option<i64>,
+    #[serde(default)]
+    pub max_completion_tokens: Option<i64>,
+    #[serde(default)]
+    pub temperature: Option<f64>,
+    #[serde(default)]
+    pub top_p: Option<f64>,
+    /// Extension (vLLM): keep only the k most likely tokens.
+    #[serde(default)]
+    pub top_k: Option<i64>,
+    #[serde(default)]
+    pub seed: Option<i64>,
+    #[serde(default)]
+    pub stop: Option<StopSpec>,
+    /// End-user id; routes rollouts by a stable hash. Never the tenant.
+    #[serde(default)]
+    pub user: Option<String>,
+    #[serde(default)]
+    pub n: Option<i64>,
+    #[serde(default)]
+    pub presence_penalty: Option<f64>,
+    #[serde(default)]
+    pub frequency_penalty: Option<f64>,
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub logit_bias: Option<Value>,
+    #[serde(default)]
+    pub logprobs: Option<bool>,
+    #[serde(default)]
+    pub top_logprobs: Option<i64>,
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub tools: Option<Value>,
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub tool_choice: Option<Value>,
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub functions: Option<Value>,
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub response_format: Option<Value>,
+}
+
+/// `prompt` of a completion: text, or token ids, singly or as a one-item list.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum PromptSpec {
+    Text(String),
+    Texts(Vec<String>),
+    Tokens(Vec<i64>),
+    TokenLists(Vec<Vec<i64>>),
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct CompletionRequest {
+    pub model: String,
+    pub prompt: PromptSpec,
+    #[serde(default)]
+    pub stream: Option<bool>,
+    #[serde(default)]
+    pub stream_options: Option<StreamOptions>,
+    /// Defaults to 16, as in OpenAI's API.
+    #[serde(default)]
+    pub max_tokens: Option<i64>,
+    #[serde(default)]
+    pub temperature: Option<f64>,
+    #[serde(default)]
+    pub top_p: Option<f64>,
+    #[serde(default)]
+    pub top_k: Option<i64>,
+    #[serde(default)]
+    pub seed: Option<i64>,
+    #[serde(default)]
+    pub stop: Option<StopSpec>,
+    #[serde(default)]
+    pub user: Option<String>,
+    #[serde(default)]
+    pub n: Option<i64>,
+    #[serde(default)]
+    pub best_of: Option<i64>,
+    #[serde(default)]
+    pub echo: Option<bool>,
+    #[serde(default)]
+    pub suffix: Option<String>,
+    #[serde(default)]
+    pub presence_penalty: Option<f64>,
+    #[serde(default)]
+    pub frequency_penalty: Option<f64>,
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub logit_bias: Option<Value>,
+    #[serde(default)]
+    pub logprobs: Option<i64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PromptTokensDetails {
+    /// Prompt tokens served from the prefix cache.
+    pub cached_tokens: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub total_tokens: u64,
+    #[serde(default)]
+    pub prompt_tokens_details: Option<PromptTokensDetails>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ChatMessageOut {
+    pub role: String,
+    pub content: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ChatChoice {
+    pub index: u32,
+    pub message: ChatMessageOut,
+    /// `stop` or `length`.
+    pub finish_reason: String,
+    #[schema(value_type = Option<Object>)]
+    pub logprobs: Option<Value>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ChatCompletion {
+    pub id: String,
+    /// Always `chat.completion`.
+    pub object: String,
+    pub created: u64,
+    pub model: String,
+    /// Names the exact model revision that produced the answer.
+    pub system_fingerprint: String,
+    pub choices: Vec<ChatChoice>,
+    pub usage: Usage,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ChatDelta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ChatChunkChoice {
+    pub index: u32,
+    pub delta: ChatDelta,
+    pub finish_reason: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    pub logprobs: Option<Value>,
+}
+
+/// One SSE `data:` payload of a streamed chat completion.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ChatCompletionChunk {
+    pub id: String,
+    /// Always `chat.completion.chunk`.
+    pub object: String,
+    pub created: u64,
+    pub model: String,
+    pub system_fingerprint: String,
+    pub choices: Vec<ChatChunkChoice>,
+    /// Present (null) on every chunk when `include_usage` is set; filled on the
+    /// last one, whose `choices` is empty.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Option<Usage>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct CompletionChoice {
+    pub index: u32,
+    pub text: String,
+    /// `stop` or `length`; null on streamed chunks before the last.
+    pub finish_reason: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    pub logprobs: Option<Value>,
+}
+
+/// A completion, or one SSE `data:` payload of a streamed one.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Completion {
+    pub id: String,
+    /// Always `text_completion`.
+    pub object: String,
+    pub created: u64,
+    pub model: String,
+    pub system_fingerprint: String,
+    pub choices: Vec<CompletionChoice>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Option<Usage>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ModelCard {
+    pub id: String,
+    /// Always `model`.
+    pub object: String,
+    pub created: u64,
+    pub owned_by: String,
+    /// The revision serving this model id.
+    pub revision: String,
+    /// SHA-256 of the model artifact.
+    pub sha256: String,
+    /// Context window in tokens.
+    pub max_model_len: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ModelList {
+    /// Always `list`.
+    pub object: String,
+    pub data: Vec<ModelCard>,
+}
