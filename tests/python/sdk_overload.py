@@ -39,8 +39,9 @@ def waiting_requests():
         text = httpx2.get(f"{ROOT}/metrics", timeout=10).text
     except Exception:  # noqa: BLE001 - only a hint for timing
         return None
-    m = re.search(r"^stoker_num_requests_waiting(?:\{[^}]*\})? ([0-9.eE+-]+)$", text, re.M)
-    return float(m.group(1)) if m else None
+    # One series per lane: add them up.
+    values = re.findall(r"^stoker_num_requests_waiting(?:\{[^}]*\})? ([0-9.eE+-]+)$", text, re.M)
+    return sum(float(v) for v in values) if values else None
 
 
 class LongStream(threading.Thread):

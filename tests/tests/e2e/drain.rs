@@ -45,13 +45,23 @@ async fn sigterm_drains_gracefully() {
     server.sigterm();
     let signalled = Instant::now();
 
+    // While draining the server must keep answering new connections promptly; a
+    // short timeout tells "not answered" apart from a slow stream.
+    let probe = Duration::from_secs(5);
+
     // Readiness turns 503 (the signal is handled asynchronously: allow a moment).
     let ready = loop {
         let status = client
             .get(server.url("/health/ready"))
+            .timeout(probe)
             .send()
             .await
-            .expect("GET /health/ready while draining")
+            .unwrap_or_else(|e| {
+                panic!(
+                    "GET /health/ready {:?} after SIGTERM: {e:?}",
+                    signalled.elapsed()
+                )
+            })
             .status()
             .as_u16();
         if status != 200 || signalled.elapsed() > Duration::from_secs(5) {
@@ -60,11 +70,19 @@ async fn sigterm_drains_gracefully() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert_eq!(ready, 503, "/health/ready after SIGTERM");
+    println!("/health/ready 503 {:?} after SIGTERM", signalled.elapsed());
     let live = client
         .get(server.url("/health/live"))
+        .timeout(probe)
         .send()
         .await
-        .expect("GET /health/live while draining")
+        .unwrap_or_else(|e| {
+            panic!(
+                "GET /health/live {:?} after SIGTERM (stream done: {}): {e:?}",
+                signalled.elapsed(),
+                sse.done
+            )
+        })
         .status()
         .as_u16();
     assert_eq!(live, 200, "/health/live while draining");
@@ -77,9 +95,15 @@ async fn sigterm_drains_gracefully() {
             "messages": [{"role": "user", "content": "Hi"}],
             "max_tokens": 4,
         }))
+        .timeout(probe)
         .send()
         .await
-        .expect("POST while draining");
+        .unwrap_or_else(|e| {
+            panic!(
+                "POST /v1/chat/completions {:?} after SIGTERM: {e:?}",
+                signalled.elapsed()
+            )
+        });
     assert_eq!(resp.status().as_u16(), 503, "new chat while draining");
     let err: Value = resp.json().await.expect("error JSON");
     assert_eq!(err["error"]["code"], "not_ready", "body: {err}");
