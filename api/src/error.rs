@@ -182,11 +182,10 @@ impl ApiError {
                 message: "the server's waiting queue is full; retry later".into(),
                 retry_after,
             },
-            EngineError::CannotFit => ApiError::Overloaded {
-                message: "the request does not fit in the KV cache available now; retry later"
-                    .into(),
-                retry_after,
-            },
+            // The engine refuses only what can never fit its KV cache.
+            EngineError::CannotFit => ApiError::ContextLengthExceeded(
+                "the prompt plus max_tokens does not fit this deployment's KV cache".into(),
+            ),
             EngineError::ShuttingDown => ApiError::NotReady {
                 message: "the server is shutting down".into(),
                 retry_after,

@@ -34,11 +34,17 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             param: None,
         });
     }
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(ApiError::InvalidValue {
+            message: "the request body must be a JSON object".into(),
+            param: None,
+        });
+    }
     let de = &mut serde_json::Deserializer::from_slice(bytes);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
-        let msg = inner.to_string();
+        let msg = friendlier(&inner.to_string());
         if let Some(rest) = msg.strip_prefix("missing field `") {
             let field = rest.split('`').next().unwrap_or_default();
             let param = if path == "." || path.is_empty() {
@@ -63,4 +69,82 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         };
         ApiError::InvalidValue { message, param }
     })
+}
+
+/// serde's messages for untagged enums name Rust types; say what JSON is expected.
+fn friendlier(msg: &str) -> String {
+    const EXPECT: [(&str, &str); 3] = [
+        (
+            "MessageContent",
+            "expected a string or an array of content parts",
+        ),
+        (
+            "PromptSpec",
+            "expected a string, an array of one string, or an array of token ids",
+        ),
+        ("StopSpec", "expected a string or an array of strings"),
+    ];
+    for (ty, expected) in EXPECT {
+        if msg.contains(&format!("untagged enum {ty}")) {
+            let at = msg.rfind(" at line ").map(|i| &msg[i..]).unwrap_or("");
+            return format!("{expected}{at}");
+        }
+    }
+    msg.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stoker_schemas::openai::ChatCompletionRequest;
+
+    fn err(body: &str) -> ApiError {
+        parse::<ChatCompletionRequest>(body.as_bytes()).unwrap_err()
+    }
+
+    #[test]
+    fn hostile_bodies_are_typed_errors() {
+        for body in [
+            "",
+            "   ",
+            "[]",
+            "null",
+            "\"a string\"",
+            "{",
+            "{\"model\": \"m\", \"messages\": [",
+            "{\"model\": 1e999}",
+            "\u{feff}{}",
+        ] {
+            let e = err(body);
+            assert_eq!(e.code(), "invalid_value", "{body:?}: {e}");
+        }
+        let deep = format!(
+            "{{\"model\": {}{}}}",
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        );
+        assert_eq!(err(&deep).code(), "invalid_value");
+        let bad_utf8 = b"{\"model\": \"\xff\"}";
+        assert_eq!(
+            parse::<ChatCompletionRequest>(bad_utf8).unwrap_err().code(),
+            "invalid_value"
+        );
+    }
+
+    #[test]
+    fn missing_and_mistyped_fields_name_their_path() {
+        let e = err("{\"messages\": []}");
+        assert_eq!(e.code(), "missing_field");
+        assert_eq!(e.body().error.param.as_deref(), Some("model"));
+        let e = err("{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": 5}]}");
+        assert_eq!(e.body().error.param.as_deref(), Some("messages[0].content"));
+        assert!(
+            e.to_string()
+                .contains("expected a string or an array of content parts"),
+            "{e}"
+        );
+        let e = err("{\"model\": \"m\", \"messages\": [{\"content\": \"x\"}]}");
+        assert_eq!(e.code(), "missing_field");
+        assert_eq!(e.body().error.param.as_deref(), Some("messages[0].role"));
+    }
 }

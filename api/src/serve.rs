@@ -99,13 +99,28 @@ async fn run(
         let state = state.clone();
         tokio::task::spawn_blocking(move || load(&state))
     };
-    let (close_tx, mut close_rx) = watch::channel(false);
+    let (close_tx, close_rx) = watch::channel(false);
+    let close_tx = Arc::new(close_tx);
+    // Draining runs beside the accept loop, which keeps serving 503s.
+    {
+        let state = state.clone();
+        let close_tx = close_tx.clone();
+        tokio::spawn(async move {
+            if drain.wait_for(|v| *v).await.is_ok() {
+                tracing::info!(timeout_s = shutdown_timeout.as_secs(), "draining");
+                drain_in_flight(&state, shutdown_timeout).await;
+                close_tx.send_replace(true);
+            }
+        });
+    }
     let app = routes::router(state.clone());
+    let mut close_for_serve = close_rx.clone();
     let server = axum::serve(listener, app).with_graceful_shutdown(async move {
-        let _ = close_rx.wait_for(|v| *v).await;
+        let _ = close_for_serve.wait_for(|v| *v).await;
     });
     let mut server = std::pin::pin!(server.into_future());
     let mut loader = std::pin::pin!(loader);
+    let mut closed = close_rx;
     let mut load_result: Option<anyhow::Result<()>> = None;
     loop {
         tokio::select! {
@@ -119,23 +134,20 @@ async fn run(
                 }
                 load_result = Some(r);
             }
-            _ = async { drop(drain.wait_for(|v| *v).await) } => {
-                tracing::info!(timeout_s = shutdown_timeout.as_secs(), "draining");
-                drain_in_flight(&state, shutdown_timeout).await;
-                close_tx.send_replace(true);
+            _ = async { drop(closed.wait_for(|v| *v).await) } => {
                 // Connections still open after the hard stop get a short grace.
-                return match tokio::time::timeout(Duration::from_secs(5), &mut server).await {
+                let r = match tokio::time::timeout(Duration::from_secs(5), &mut server).await {
                     Ok(r) => r.context("serving HTTP"),
                     Err(_) => {
                         tracing::warn!("connections still open after drain; closing");
                         Ok(())
                     }
                 };
+                return match load_result {
+                    Some(Err(e)) => Err(e),
+                    _ => r,
+                };
             }
-        }
-        if let Some(Err(_)) = &load_result {
-            let _ = tokio::time::timeout(Duration::from_secs(2), &mut server).await;
-            return load_result.unwrap_or(Ok(()));
         }
     }
 }

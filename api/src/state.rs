@@ -165,6 +165,19 @@ impl AppState {
     pub fn install(&self, engine: Arc<Engine>) {
         let info = engine.info().clone();
         let mut limits = engine.model_limits();
+        // A request must fit the KV cache as a whole: the served context is
+        // the smaller of the model's window and what the cache holds.
+        let kv_tokens = info.num_kv_blocks * stoker_executor::BLOCK_SIZE;
+        if kv_tokens < limits.context_window {
+            tracing::warn!(
+                model_context = limits.context_window,
+                kv_tokens,
+                "the KV cache is smaller than the model's context window; serving the smaller"
+            );
+            limits.context_window = kv_tokens;
+            limits.max_input_tokens = limits.max_input_tokens.min(kv_tokens);
+            limits.max_output_tokens = limits.max_output_tokens.min(kv_tokens);
+        }
         let cfg = &self.config.limits;
         if cfg.max_input_tokens > 0 {
             limits.max_input_tokens = cfg.max_input_tokens.min(limits.max_input_tokens);

@@ -45,8 +45,6 @@ pub enum ConfigError {
     ZeroWaitingBound,
     #[error("interactive_reserve_share must be finite and in [0, 1), got {0}")]
     ReserveShareOutOfRange(f32),
-    #[error("interactive_reserve_share {share} leaves the batch lane no blocks or sequence slots")]
-    BatchLaneEmpty { share: f32 },
 }
 
 /// What the batch lane may hold, derived from the reserve share. The interactive
@@ -104,15 +102,16 @@ impl SchedulerConfig {
         if !share.is_finite() || !(0.0..1.0).contains(&share) {
             return Err(ConfigError::ReserveShareOutOfRange(share));
         }
+        // The reserve never takes the last slot or block: the batch lane keeps
+        // at least one of each, so a one-slot engine simply has no reserve.
         let limits = LaneLimits {
-            batch_blocks: self.num_blocks - reserved(share, self.num_blocks),
-            batch_seqs: self.max_num_seqs - reserved(share, self.max_num_seqs),
+            batch_blocks: self.num_blocks
+                - reserved(share, self.num_blocks).min(self.num_blocks - 1),
+            batch_seqs: self.max_num_seqs
+                - reserved(share, self.max_num_seqs).min(self.max_num_seqs - 1),
             num_blocks: self.num_blocks,
             max_num_seqs: self.max_num_seqs,
         };
-        if limits.batch_blocks == 0 || limits.batch_seqs == 0 {
-            return Err(ConfigError::BatchLaneEmpty { share });
-        }
         Ok(limits)
     }
 }
@@ -210,12 +209,15 @@ mod tests {
                 ConfigError::ReserveShareOutOfRange(_)
             ));
         }
-        assert!(matches!(
-            bad(SchedulerConfig {
-                interactive_reserve_share: 0.95,
-                ..cfg()
-            }),
-            ConfigError::BatchLaneEmpty { .. }
-        ));
+        // A reserve that would take everything leaves the batch lane one of each.
+        let l = SchedulerConfig {
+            interactive_reserve_share: 0.95,
+            max_num_seqs: 1,
+            ..cfg()
+        }
+        .validate()
+        .unwrap();
+        assert_eq!((l.batch_seqs, l.max_num_seqs), (1, 1));
+        assert!(l.batch_blocks >= 1);
     }
 }

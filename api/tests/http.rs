@@ -1,0 +1,838 @@
+//! The HTTP front, in process, against the real model: validation error bodies
+//! (snapshotted), SSE framing, disconnect freeing KV, the `/metrics` output
+//! through a Prometheus text parser, auth, overload and deadline refusals,
+//! readiness during warm-up and drain, and OpenAPI drift.
+//!
+//! One runtime and one shared server serve most tests; tests that need other
+//! settings or end a server's life start their own.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use stoker_api::Config;
+use stoker_api::auth::{ApiKeyConfig, Scope};
+use stoker_api::serve::{self, Server};
+use stoker_api::state::Phase;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::runtime::Runtime;
+
+const MODEL_ID: &str = "SmolLM2-135M-Instruct.Q4_1";
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn rt() -> &'static Runtime {
+    static RT: OnceLock<Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    })
+}
+
+fn config() -> Config {
+    let mut c = Config::default();
+    c.listen = "127.0.0.1:0".parse().unwrap();
+    c.model = root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    c.data_dir = std::env::temp_dir().join(format!("stoker-http-test-{}", std::process::id()));
+    c.engine.kv_cache_mib = 128;
+    c.engine.threads = 2;
+    c
+}
+
+async fn start(c: Config) -> Server {
+    let s = serve::start(c).await.unwrap();
+    s.wait_ready(Duration::from_secs(120)).await.unwrap();
+    s
+}
+
+fn shared() -> &'static Server {
+    static S: OnceLock<Server> = OnceLock::new();
+    S.get_or_init(|| {
+        let mut c = config();
+        c.limits.max_body_bytes = 64 * 1024;
+        rt().block_on(start(c))
+    })
+}
+
+fn url(s: &Server, path: &str) -> String {
+    format!("http://{}{}", s.addr, path)
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::new()
+}
+
+fn chat(content: &str, max_tokens: u32) -> Value {
+    json!({"model": MODEL_ID, "messages": [{"role": "user", "content": content}],
+           "max_tokens": max_tokens, "temperature": 0})
+}
+
+async fn post(s: &Server, path: &str, body: Value) -> reqwest::Response {
+    client()
+        .post(url(s, path))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+}
+
+#[test]
+fn validation_errors_have_typed_bodies() {
+    let s = shared();
+    let m = MODEL_ID;
+    let user = json!([{"role": "user", "content": "hi"}]);
+    let cases: Vec<(&str, &str, Value)> = vec![
+        (
+            "unknown model",
+            "/v1/chat/completions",
+            json!({"model": "gpt-9", "messages": user}),
+        ),
+        (
+            "missing model",
+            "/v1/chat/completions",
+            json!({"messages": user}),
+        ),
+        (
+            "missing messages",
+            "/v1/chat/completions",
+            json!({"model": m}),
+        ),
+        (
+            "messages not a list",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": "hi"}),
+        ),
+        (
+            "empty messages",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": []}),
+        ),
+        (
+            "unknown role",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": [{"role": "wizard", "content": "x"}]}),
+        ),
+        (
+            "tool role",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": [{"role": "tool", "content": "x"}]}),
+        ),
+        (
+            "image part",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}),
+        ),
+        (
+            "text part without text",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": [{"role": "user", "content": [{"type": "text"}]}]}),
+        ),
+        (
+            "null content",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": [{"role": "user", "content": null}]}),
+        ),
+        (
+            "n = 2",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "n": 2}),
+        ),
+        (
+            "n = 0",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "n": 0}),
+        ),
+        (
+            "tools",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "tools": [{"type": "function", "function": {"name": "f"}}]}),
+        ),
+        (
+            "json response format",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "response_format": {"type": "json_object"}}),
+        ),
+        (
+            "logprobs",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "logprobs": true}),
+        ),
+        (
+            "presence penalty",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "presence_penalty": 0.5}),
+        ),
+        (
+            "logit bias",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "logit_bias": {"42": 10}}),
+        ),
+        (
+            "temperature 3",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "temperature": 3}),
+        ),
+        (
+            "temperature string",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "temperature": "hot"}),
+        ),
+        (
+            "top_p 0",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "top_p": 0}),
+        ),
+        (
+            "top_k -5",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "top_k": -5}),
+        ),
+        (
+            "max_tokens 0",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "max_tokens": 0}),
+        ),
+        (
+            "max_completion_tokens -1",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "max_completion_tokens": -1}),
+        ),
+        (
+            "context overflow",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "max_tokens": 100000}),
+        ),
+        (
+            "five stops",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "stop": ["a", "b", "c", "d", "e"]}),
+        ),
+        (
+            "empty stop",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "stop": [""]}),
+        ),
+        (
+            "stream_options without stream",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "stream_options": {"include_usage": true}}),
+        ),
+        (
+            "user too long",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "user": "u".repeat(300)}),
+        ),
+        (
+            "huge max_tokens number",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "max_tokens": 1e300}),
+        ),
+        (
+            "completion: two prompts",
+            "/v1/completions",
+            json!({"model": m, "prompt": ["a", "b"]}),
+        ),
+        (
+            "completion: empty prompt",
+            "/v1/completions",
+            json!({"model": m, "prompt": ""}),
+        ),
+        (
+            "completion: token out of range",
+            "/v1/completions",
+            json!({"model": m, "prompt": [1, 2, 99999999]}),
+        ),
+        (
+            "completion: negative token",
+            "/v1/completions",
+            json!({"model": m, "prompt": [-1]}),
+        ),
+        (
+            "completion: echo",
+            "/v1/completions",
+            json!({"model": m, "prompt": "a", "echo": true}),
+        ),
+        (
+            "completion: best_of",
+            "/v1/completions",
+            json!({"model": m, "prompt": "a", "best_of": 3}),
+        ),
+        (
+            "completion: suffix",
+            "/v1/completions",
+            json!({"model": m, "prompt": "a", "suffix": "z"}),
+        ),
+        (
+            "completion: prompt object",
+            "/v1/completions",
+            json!({"model": m, "prompt": {"text": "a"}}),
+        ),
+    ];
+    let out = rt().block_on(async {
+        let mut out = Vec::new();
+        for (name, path, body) in cases {
+            let r = post(s, path, body).await;
+            let status = r.status().as_u16();
+            let body: Value = r.json().await.unwrap();
+            out.push(json!({"case": name, "status": status, "body": body}));
+        }
+        // Raw bodies that are not JSON objects at all.
+        for (name, raw) in [
+            ("not json", "{\"model\": "),
+            ("empty body", ""),
+            ("json array", "[1, 2]"),
+            ("nan literal", "{\"model\": NaN}"),
+            ("deep nesting", &format!("{}{}", "[".repeat(10_000), "]".repeat(10_000))),
+        ] {
+            let r = client()
+                .post(url(s, "/v1/chat/completions"))
+                .header("content-type", "application/json")
+                .body(raw.to_string())
+                .send()
+                .await
+                .unwrap();
+            let status = r.status().as_u16();
+            let body: Value = r.json().await.unwrap();
+            out.push(json!({"case": name, "status": status, "body": body}));
+        }
+        let r = client()
+            .post(url(s, "/v1/chat/completions"))
+            .body(vec![b' '; 65 * 1024])
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        out.push(json!({"case": "oversized body", "status": status, "body": r.json::<Value>().await.unwrap()}));
+        let r = client()
+            .post(url(s, "/v1/chat/completions"))
+            .header("x-stoker-deadline-ms", "soon")
+            .json(&chat("hi", 2))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        out.push(json!({"case": "bad deadline header", "status": status, "body": r.json::<Value>().await.unwrap()}));
+        for (name, method, path) in [("unknown route", "GET", "/v2/everything"), ("wrong method", "DELETE", "/v1/models")] {
+            let r = client()
+                .request(method.parse().unwrap(), url(s, path))
+                .send()
+                .await
+                .unwrap();
+            let status = r.status().as_u16();
+            out.push(json!({"case": name, "status": status, "body": r.json::<Value>().await.unwrap()}));
+        }
+        out
+    });
+    for o in &out {
+        let status = o["status"].as_u64().unwrap();
+        assert!((400..500).contains(&status), "{o}");
+        let e = &o["body"]["error"];
+        assert!(
+            e["message"].is_string() && e["code"].is_string() && e["type"].is_string(),
+            "{o}"
+        );
+    }
+    insta::assert_json_snapshot!("validation_errors", out);
+}
+
+#[test]
+fn unknown_fields_are_ignored_and_text_parts_join() {
+    let s = shared();
+    rt().block_on(async {
+        let body = json!({"model": MODEL_ID, "max_tokens": 3, "temperature": 0,
+            "messages": [{"role": "developer", "content": "Be brief."},
+                         {"role": "user", "content": [{"type": "text", "text": "Say "}, {"type": "text", "text": "hi"}]}],
+            "some_future_field": {"x": 1}, "parallel_tool_calls": false, "tool_choice": "none",
+            "response_format": {"type": "text"}, "presence_penalty": 0, "logit_bias": {}});
+        let r = post(s, "/v1/chat/completions", body).await;
+        assert_eq!(r.status(), 200);
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["usage"]["completion_tokens"], 3);
+    });
+}
+
+/// Splits an SSE body into frames, checking the framing as it goes.
+fn frames(raw: &str) -> Vec<(Option<String>, String)> {
+    assert!(raw.ends_with("\n\n"), "stream must end with a blank line");
+    raw.trim_end_matches("\n\n")
+        .split("\n\n")
+        .map(|f| {
+            let mut event = None;
+            let mut data = None;
+            for line in f.lines() {
+                if let Some(e) = line.strip_prefix("event: ") {
+                    event = Some(e.to_string());
+                } else if let Some(d) = line.strip_prefix("data: ") {
+                    assert!(data.is_none(), "one data line per frame: {f:?}");
+                    data = Some(d.to_string());
+                } else {
+                    panic!("unexpected SSE line {line:?}");
+                }
+            }
+            (event, data.expect("data line"))
+        })
+        .collect()
+}
+
+#[test]
+fn sse_framing_matches_openai_and_the_non_streamed_answer() {
+    let s = shared();
+    rt().block_on(async {
+        let mut body = chat("Name three colors.", 12);
+        let whole: Value = post(s, "/v1/chat/completions", body.clone())
+            .await
+            .json()
+            .await
+            .unwrap();
+        body["stream"] = json!(true);
+        body["stream_options"] = json!({"include_usage": true});
+        let r = post(s, "/v1/chat/completions", body).await;
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.headers()["content-type"], "text/event-stream");
+        assert!(r.headers().contains_key("x-stoker-revision"));
+        assert!(r.headers().contains_key("x-stoker-queue-ms"));
+        let raw = r.text().await.unwrap();
+        let f = frames(&raw);
+        assert_eq!(f.last().unwrap().1, "[DONE]");
+        let chunks: Vec<Value> = f[..f.len() - 1]
+            .iter()
+            .map(|(e, d)| {
+                assert!(e.is_none());
+                serde_json::from_str(d).unwrap()
+            })
+            .collect();
+        assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+        let ids: std::collections::HashSet<_> = chunks.iter().map(|c| c["id"].clone()).collect();
+        assert_eq!(ids.len(), 1, "one id per stream");
+        for c in &chunks {
+            assert_eq!(c["object"], "chat.completion.chunk");
+            assert_eq!(c["system_fingerprint"], whole["system_fingerprint"]);
+        }
+        let usage = chunks.last().unwrap();
+        assert_eq!(usage["choices"].as_array().unwrap().len(), 0);
+        assert_eq!(usage["usage"], whole["usage"].clone().tap_cached(usage));
+        let fin = &chunks[chunks.len() - 2];
+        assert_eq!(
+            fin["choices"][0]["finish_reason"],
+            whole["choices"][0]["finish_reason"]
+        );
+        let text: String = chunks
+            .iter()
+            .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+            .collect();
+        assert_eq!(
+            text,
+            whole["choices"][0]["message"]["content"].as_str().unwrap()
+        );
+
+        // Completions stream the same framing with `text` choices.
+        let r = post(
+            s,
+            "/v1/completions",
+            json!({"model": MODEL_ID, "prompt": "The sky is",
+            "max_tokens": 5, "temperature": 0, "stream": true}),
+        )
+        .await;
+        let f = frames(&r.text().await.unwrap());
+        assert_eq!(f.last().unwrap().1, "[DONE]");
+        let last: Value = serde_json::from_str(&f[f.len() - 2].1).unwrap();
+        assert_eq!(last["object"], "text_completion");
+        assert_eq!(last["choices"][0]["finish_reason"], "length");
+        assert!(
+            last.get("usage").is_none(),
+            "no usage field without include_usage"
+        );
+    });
+}
+
+/// Usage of a repeated prompt differs only in cached tokens; compare the rest.
+trait TapCached {
+    fn tap_cached(self, other: &Value) -> Value;
+}
+impl TapCached for Value {
+    fn tap_cached(mut self, other: &Value) -> Value {
+        self["prompt_tokens_details"] = other["usage"]["prompt_tokens_details"].clone();
+        self
+    }
+}
+
+async fn kv_idle(s: &Server, within: Duration) -> Duration {
+    let t = Instant::now();
+    let engine = &s.state.served().unwrap().engine;
+    loop {
+        let st = engine.stats();
+        if st.kv_blocks_used == 0 && st.running() == 0 && st.waiting() == 0 {
+            return t.elapsed();
+        }
+        assert!(
+            t.elapsed() < within,
+            "KV not freed within {within:?}: {st:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn raw_request(s: &Server, body: &Value) -> tokio::net::TcpStream {
+    let body = body.to_string();
+    let mut sock = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    let req = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{}",
+        body.len(),
+        body
+    );
+    sock.write_all(req.as_bytes()).await.unwrap();
+    sock
+}
+
+#[test]
+fn client_disconnect_frees_kv_within_a_second() {
+    let mut c = config();
+    c.engine.max_num_seqs = 4;
+    rt().block_on(async {
+        let s = start(c).await;
+        let engine = s.state.served().unwrap().engine.clone();
+        // Streaming: read the first bytes, then hang up.
+        let mut body = chat("Write a very long story about a lighthouse.", 1000);
+        body["stream"] = json!(true);
+        let mut sock = raw_request(&s, &body).await;
+        let mut buf = vec![0u8; 4096];
+        let n = sock.read(&mut buf).await.unwrap();
+        let head = String::from_utf8_lossy(&buf[..n]).to_string();
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        while engine.stats().kv_blocks_used == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        drop(sock);
+        let took = kv_idle(&s, Duration::from_secs(1)).await;
+        eprintln!("streaming disconnect freed KV in {took:?}");
+
+        // Not streaming: the handler is waiting for the whole answer.
+        body["stream"] = json!(false);
+        let sock = raw_request(&s, &body).await;
+        let t = Instant::now();
+        while engine.stats().kv_blocks_used == 0 {
+            assert!(t.elapsed() < Duration::from_secs(10));
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        drop(sock);
+        let took = kv_idle(&s, Duration::from_secs(1)).await;
+        eprintln!("non-streaming disconnect freed KV in {took:?}");
+        assert_eq!(s.state.admission.snapshot(), Default::default());
+    });
+}
+
+#[test]
+fn metrics_parse_as_prometheus_text() {
+    let s = shared();
+    let text = rt().block_on(async {
+        let r = post(s, "/v1/chat/completions", chat("Hello there", 4)).await;
+        assert_eq!(r.status(), 200);
+        let _ = post(
+            s,
+            "/v1/chat/completions",
+            json!({"model": "nope", "messages": []}),
+        )
+        .await;
+        client()
+            .get(url(s, "/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    });
+    let lines = text.lines().map(|l| Ok(l.to_string()));
+    let scrape = prometheus_parse::Scrape::parse(lines).expect("valid Prometheus text");
+    let names: std::collections::HashSet<&str> =
+        scrape.samples.iter().map(|s| s.metric.as_str()).collect();
+    for want in [
+        "stoker_time_to_first_token_seconds",
+        "stoker_inter_token_latency_seconds",
+        "stoker_e2e_request_latency_seconds",
+        "stoker_request_queue_time_seconds",
+        "stoker_request_prefill_time_seconds",
+        "stoker_request_decode_time_seconds",
+        "stoker_num_requests_running",
+        "stoker_num_requests_waiting",
+        "stoker_kv_cache_usage_perc",
+        "stoker_num_preemptions_total",
+        "stoker_prompt_tokens_total",
+        "stoker_generation_tokens_total",
+        "stoker_request_success_total",
+        "stoker_prefix_cache_queries_total",
+        "stoker_prefix_cache_hits_total",
+        "stoker_requests_rejected_total",
+    ] {
+        assert!(names.contains(want), "missing {want} in {names:?}");
+    }
+    let get = |name: &str, label: &str, value: &str| -> f64 {
+        scrape
+            .samples
+            .iter()
+            .filter(|s| s.metric == name && s.labels.get(label) == Some(value))
+            .map(|s| match s.value {
+                prometheus_parse::Value::Counter(v)
+                | prometheus_parse::Value::Gauge(v)
+                | prometheus_parse::Value::Untyped(v) => v,
+                _ => 0.0,
+            })
+            .sum()
+    };
+    assert!(get("stoker_requests_rejected_total", "code", "model_not_found") >= 1.0);
+    assert!(get("stoker_generation_tokens_total", "model", MODEL_ID) >= 4.0);
+    assert!(get("stoker_request_success_total", "lane", "interactive") >= 1.0);
+    for s in &scrape.samples {
+        if s.metric == "stoker_time_to_first_token_seconds" {
+            let prometheus_parse::Value::Histogram(h) = &s.value else {
+                panic!("TTFT is a histogram: {s:?}");
+            };
+            assert!(h.len() >= 10 && h.last().unwrap().count >= 1.0, "{h:?}");
+            assert_eq!(s.labels.get("model"), Some(MODEL_ID));
+            assert!(s.labels.get("revision").is_some_and(|r| r.len() == 12));
+            assert_eq!(s.labels.get("lane"), Some("interactive"));
+        }
+    }
+}
+
+#[test]
+fn api_keys_and_scopes() {
+    let mut c = config();
+    c.api_keys = vec![
+        ApiKeyConfig {
+            key: "sk-infer-0001".into(),
+            tenant: "acme".into(),
+            scopes: vec![Scope::Inference],
+        },
+        ApiKeyConfig {
+            key: "sk-batch-0002".into(),
+            tenant: "acme".into(),
+            scopes: vec![Scope::Batch],
+        },
+    ];
+    rt().block_on(async {
+        let s = start(c).await;
+        let get = |key: Option<&'static str>| {
+            let mut r = client().get(url(&s, "/v1/models"));
+            if let Some(k) = key {
+                r = r.bearer_auth(k);
+            }
+            r.send()
+        };
+        for (key, status, code) in [
+            (None, 401, Some("invalid_api_key")),
+            (Some("sk-wrong-0001"), 401, Some("invalid_api_key")),
+            (Some("sk-batch-0002"), 403, Some("insufficient_scope")),
+            (Some("sk-infer-0001"), 200, None),
+        ] {
+            let r = get(key).await.unwrap();
+            assert_eq!(r.status().as_u16(), status, "{key:?}");
+            let v: Value = r.json().await.unwrap();
+            if let Some(code) = code {
+                assert_eq!(v["error"]["code"], code);
+            } else {
+                assert_eq!(v["data"][0]["id"], MODEL_ID);
+            }
+        }
+        // Health and metrics stay open for the platform.
+        assert_eq!(
+            client()
+                .get(url(&s, "/health/ready"))
+                .send()
+                .await
+                .unwrap()
+                .status(),
+            200
+        );
+    });
+}
+
+#[test]
+fn overload_and_deadline_refusals_carry_retry_after() {
+    let mut c = config();
+    c.engine.max_num_seqs = 1;
+    c.admission.max_waiting_requests = 0;
+    rt().block_on(async {
+        let s = start(c).await;
+        // Hold the only slot with a long stream.
+        let mut body = chat("Tell me a long story.", 400);
+        body["stream"] = json!(true);
+        let mut held = post(&s, "/v1/chat/completions", body).await;
+        assert_eq!(held.status(), 200);
+        let _ = held.chunk().await.unwrap();
+        let r = post(&s, "/v1/chat/completions", chat("hi", 2)).await;
+        assert_eq!(r.status(), 503);
+        let ra: u64 = r.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let ra_ms: u64 = r.headers()["retry-after-ms"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((1..=60).contains(&ra) && ra_ms >= 100, "{ra} {ra_ms}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["code"], "server_overloaded");
+        drop(held);
+        kv_idle(&s, Duration::from_secs(2)).await;
+    });
+    let mut c = config();
+    c.engine.max_num_seqs = 1;
+    rt().block_on(async {
+        let s = start(c).await;
+        let mut body = chat("Tell me a long story.", 400);
+        body["stream"] = json!(true);
+        let mut held = post(&s, "/v1/chat/completions", body).await;
+        let _ = held.chunk().await.unwrap();
+        let r = client()
+            .post(url(&s, "/v1/chat/completions"))
+            .header("x-stoker-deadline-ms", "1")
+            .json(&chat("hi", 2))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 503);
+        assert!(r.headers().contains_key("retry-after"));
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["code"], "deadline_infeasible");
+        // A generous deadline is admitted.
+        drop(held);
+        kv_idle(&s, Duration::from_secs(2)).await;
+        let r = client()
+            .post(url(&s, "/v1/chat/completions"))
+            .header("x-stoker-deadline-ms", "60000")
+            .json(&chat("hi", 2))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    });
+}
+
+#[test]
+fn readiness_during_warm_up_and_drain() {
+    let mut c = config();
+    c.shutdown_timeout_secs = 30;
+    rt().block_on(async {
+        let s = serve::start(c).await.unwrap();
+        // The model takes far longer to load than this request takes.
+        let r = client().get(url(&s, "/health/ready")).send().await.unwrap();
+        assert_eq!(r.status(), 503);
+        assert_ne!(s.state.phase(), Phase::Ready);
+        assert_eq!(
+            client()
+                .get(url(&s, "/health/live"))
+                .send()
+                .await
+                .unwrap()
+                .status(),
+            200
+        );
+        let r = post(&s, "/v1/chat/completions", chat("hi", 2)).await;
+        assert_eq!(r.status(), 503);
+        assert!(r.headers().contains_key("retry-after"));
+        assert_eq!(
+            r.json::<Value>().await.unwrap()["error"]["code"],
+            "not_ready"
+        );
+        s.wait_ready(Duration::from_secs(120)).await.unwrap();
+        assert_eq!(
+            client()
+                .get(url(&s, "/health/ready"))
+                .send()
+                .await
+                .unwrap()
+                .status(),
+            200
+        );
+
+        // Drain with a request in flight: it finishes, new ones are refused.
+        let mut body = chat("Count to twenty.", 40);
+        body["stream"] = json!(true);
+        let inflight = post(&s, "/v1/chat/completions", body).await;
+        assert_eq!(inflight.status(), 200);
+        let addr = s.addr;
+        let trigger = s.shutdown_trigger();
+        trigger();
+        let t = Instant::now();
+        while s.state.phase() != Phase::Draining {
+            assert!(t.elapsed() < Duration::from_secs(2));
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let r = client()
+            .get(format!("http://{addr}/health/ready"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 503);
+        let r = client()
+            .post(format!("http://{addr}/v1/chat/completions"))
+            .json(&chat("hi", 2))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 503);
+        assert_eq!(
+            r.json::<Value>().await.unwrap()["error"]["code"],
+            "not_ready"
+        );
+        let f = frames(&inflight.text().await.unwrap());
+        assert_eq!(f.last().unwrap().1, "[DONE]", "in-flight stream completes");
+        tokio::time::timeout(Duration::from_secs(10), s.wait())
+            .await
+            .unwrap()
+            .unwrap();
+    });
+}
+
+#[test]
+fn shutdown_timeout_ends_streams_with_a_typed_error_event() {
+    let mut c = config();
+    c.shutdown_timeout_secs = 0;
+    rt().block_on(async {
+        let s = start(c).await;
+        let mut body = chat("Write a very long story about a lighthouse.", 1000);
+        body["stream"] = json!(true);
+        let mut r = post(&s, "/v1/chat/completions", body).await;
+        let first = r.chunk().await.unwrap().unwrap();
+        assert!(first.starts_with(b"data: "), "{first:?}");
+        s.shutdown_trigger()();
+        let mut rest = String::from_utf8(first.to_vec()).unwrap();
+        while let Some(c) = r.chunk().await.unwrap() {
+            rest.push_str(std::str::from_utf8(&c).unwrap());
+        }
+        let f = frames(&rest);
+        let (event, data) = f.last().unwrap();
+        assert_eq!(event.as_deref(), Some("error"));
+        let v: Value = serde_json::from_str(data).unwrap();
+        assert_eq!(v["error"]["code"], "not_ready");
+        tokio::time::timeout(Duration::from_secs(10), s.wait())
+            .await
+            .unwrap()
+            .unwrap();
+    });
+}
+
+#[test]
+fn openapi_document_is_checked_in() {
+    let path = root().join("schemas/openapi.json");
+    let doc = stoker_api::openapi::document();
+    if std::env::var_os("STOKER_UPDATE_SCHEMAS").is_some() {
+        std::fs::write(&path, &doc).unwrap();
+    }
+    let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        on_disk == doc,
+        "schemas/openapi.json is stale; regenerate with `stoker openapi > schemas/openapi.json` \
+         or STOKER_UPDATE_SCHEMAS=1 cargo test --release -p stoker-api --test http"
+    );
+}
