@@ -68,13 +68,7 @@ async fn openai_sdk_retries_overload() {
     let server = Server::start(
         "sdk-overload",
         ServerOptions::default()
-            // One running slot: with the default interactive reserve (a share of the
-            // slots kept for interactive work) one slot leaves the batch lane none,
-            // which the engine refuses, so the reserve is switched off.
-            .config(
-                "[engine]\nmax_num_seqs = 1\ninteractive_reserve_share = 0.0\n\n\
-                 [admission]\nmax_waiting_requests = 1\n",
-            ),
+            .config("[engine]\nmax_num_seqs = 1\n\n[admission]\nmax_waiting_requests = 1\n"),
     )
     .await;
     let before = metric_sum(
