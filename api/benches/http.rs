@@ -7,6 +7,9 @@
 //!
 //! Run: `cargo bench -p stoker-api --bench http`
 
+// Configs are built by adjusting a default, which reads best here.
+#![allow(clippy::field_reassign_with_default)]
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 

@@ -62,10 +62,9 @@ pub async fn start(
         .submit(prepared.request)
         .map_err(|e| ApiError::from_engine(e, state.admission.retry_hint()))?;
     let mut hard_stop = state.hard_stop();
-    let queue = loop {
-        tokio::select! {
+    let queue = tokio::select! {
             ev = handle.next() => match ev {
-                Some(EngineEvent::Started { queue }) => break queue,
+                Some(EngineEvent::Started { queue }) => queue,
                 Some(EngineEvent::Error(e)) => {
                     return Err(ApiError::from_engine(e, state.admission.retry_hint()));
                 }
@@ -76,9 +75,8 @@ pub async fn start(
                 }
                 None => return Err(ApiError::Internal("engine dropped the request".into())),
             },
-            _ = stopped(&mut hard_stop) => {
-                return Err(shutdown_error(state));
-            }
+        _ = stopped(&mut hard_stop) => {
+            return Err(shutdown_error(state));
         }
     };
     ticket.started();

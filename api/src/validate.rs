@@ -93,7 +93,7 @@ fn common_params(c: &Common<'_>, served: &Served) -> Result<SamplingParams, ApiE
     ] {
         match v {
             None => {}
-            Some(x) if x == 0.0 => {}
+            Some(0.0) => {}
             Some(x) if !x.is_finite() || !(-2.0..=2.0).contains(&x) => {
                 return Err(ApiError::invalid(
                     format!("`{name}` must be between -2 and 2"),
@@ -109,13 +109,13 @@ fn common_params(c: &Common<'_>, served: &Served) -> Result<SamplingParams, ApiE
             return Err(ApiError::unsupported("logit_bias", "logit bias"));
         }
     }
-    if let Some(u) = c.user {
-        if u.len() > MAX_USER_BYTES {
-            return Err(ApiError::invalid(
-                format!("`user` must be at most {MAX_USER_BYTES} bytes"),
-                "user",
-            ));
-        }
+    if let Some(u) = c.user
+        && u.len() > MAX_USER_BYTES
+    {
+        return Err(ApiError::invalid(
+            format!("`user` must be at most {MAX_USER_BYTES} bytes"),
+            "user",
+        ));
     }
     let temperature = c.temperature.unwrap_or(1.0);
     let top_p = c.top_p.unwrap_or(1.0);
@@ -155,6 +155,7 @@ fn max_tokens(v: Option<i64>, param: &str) -> Result<Option<usize>, ApiError> {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn finish(
     prompt: Vec<u32>,
     mut params: SamplingParams,
@@ -253,10 +254,10 @@ pub fn chat(
     if not_null(&req.functions) {
         return Err(ApiError::unsupported("functions", "function calling"));
     }
-    if let Some(tc) = &req.tool_choice {
-        if !(tc.is_null() || tc == "none" || tc == "auto") {
-            return Err(ApiError::unsupported("tool_choice", "tool calling"));
-        }
+    if let Some(tc) = &req.tool_choice
+        && !(tc.is_null() || tc == "none" || tc == "auto")
+    {
+        return Err(ApiError::unsupported("tool_choice", "tool calling"));
     }
     if let Some(rf) = &req.response_format {
         let kind = rf.get("type").and_then(Value::as_str);

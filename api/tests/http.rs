@@ -6,6 +6,9 @@
 //! One runtime and one shared server serve most tests; tests that need other
 //! settings or end a server's life start their own.
 
+// Configs are built by adjusting a default, which reads best here.
+#![allow(clippy::field_reassign_with_default)]
+
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};

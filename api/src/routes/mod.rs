@@ -55,19 +55,17 @@ async fn method_not_allowed(method: Method) -> ApiError {
 async fn edge(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let mut resp = next.run(req).await;
     let served = state.served();
-    if let Some(code) = resp.extensions().get::<RejectedCode>().copied() {
-        if let Some(s) = served {
-            s.metrics.record_rejected(code.0);
-        }
+    if let (Some(code), Some(s)) = (resp.extensions().get::<RejectedCode>().copied(), served) {
+        s.metrics.record_rejected(code.0);
     }
     if let Some(s) = served {
         s.provenance.apply(resp.headers_mut());
     }
     let h = resp.headers_mut();
-    if !h.contains_key("x-request-id") {
-        if let Ok(v) = HeaderValue::from_str(&uuid::Uuid::new_v4().simple().to_string()) {
-            h.insert("x-request-id", v);
-        }
+    if !h.contains_key("x-request-id")
+        && let Ok(v) = HeaderValue::from_str(&uuid::Uuid::new_v4().simple().to_string())
+    {
+        h.insert("x-request-id", v);
     }
     resp
 }
