@@ -57,6 +57,13 @@ pub async fn start(
     let stats = served.engine.stats();
     let mut ticket = state.admission.admit(demand, &stats)?;
     let lane = prepared.request.lane();
+    tracing::debug!(
+        prompt_tokens = demand.prompt_tokens,
+        max_tokens = demand.max_tokens,
+        stream = prepared.stream,
+        tenant = %prepared.request.tenant().0,
+        "admitted"
+    );
     let mut handle = served
         .engine
         .submit(prepared.request)
@@ -139,6 +146,22 @@ impl Running {
     }
 }
 
+/// The one log line per finished request: ids, counts and timings, never text.
+pub fn log_finished(id: &str, reason: FinishReason, usage: &Usage, t: &Timings) {
+    tracing::info!(
+        request_id = id,
+        finish_reason = reason.as_str(),
+        prompt_tokens = usage.prompt_tokens,
+        cached_tokens = usage.cached_prompt_tokens,
+        completion_tokens = usage.completion_tokens,
+        queue_ms = t.queue.as_millis() as u64,
+        ttft_ms = t.ttft.as_millis() as u64,
+        total_ms = t.total.as_millis() as u64,
+        preemptions = t.preemptions,
+        "request finished"
+    );
+}
+
 /// Everything a non-streaming request produced.
 pub struct Collected {
     pub text: String,
@@ -148,6 +171,7 @@ pub struct Collected {
 }
 
 pub async fn collect(
+    id: &str,
     mut run: Running,
     state: &AppState,
     served: &Served,
@@ -165,6 +189,7 @@ pub async fn collect(
                 served
                     .metrics
                     .record_finished(run.lane, reason.as_str(), &usage, &timings);
+                log_finished(id, reason, &usage, &timings);
                 return Ok(Collected {
                     text,
                     reason,

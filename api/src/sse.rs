@@ -179,6 +179,7 @@ pub fn response(run: Running, app: AppState, kind: Kind, env: Envelope) -> Respo
                     s.metrics
                         .record_finished(st.run.lane, reason.as_str(), &usage, &timings);
                 }
+                crate::generate::log_finished(&st.chunker.env.id, reason, &usage, &timings);
                 let last = match st.chunker.kind {
                     Kind::Chat => st.chunker.text(None, false, Some(reason.as_str())),
                     Kind::Completion => {
@@ -197,7 +198,11 @@ pub fn response(run: Running, app: AppState, kind: Kind, env: Envelope) -> Respo
                 if let Some(s) = st.app.served() {
                     s.metrics.record_rejected(e.code());
                 }
-                tracing::warn!(code = e.code(), "stream ended with an error");
+                tracing::warn!(
+                    request_id = %st.chunker.env.id,
+                    code = e.code(),
+                    "stream ended with an error"
+                );
                 out.extend(error_frame(&e));
                 st.ended = true;
             }

@@ -107,7 +107,7 @@ async fn run(
         return Ok(sse::response(running, state.clone(), kind, env));
     }
     let queue_ms = running.queue.as_millis() as u64;
-    let c = generate::collect(running, &state, served).await?;
+    let c = generate::collect(&env.id, running, &state, served).await?;
     let usage = sse::usage_of(&c.usage);
     let reason = c.reason.as_str().to_string();
     let mut resp = match kind {

@@ -55,8 +55,15 @@ async fn method_not_allowed(method: Method) -> ApiError {
 async fn edge(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let mut resp = next.run(req).await;
     let served = state.served();
-    if let (Some(code), Some(s)) = (resp.extensions().get::<RejectedCode>().copied(), served) {
-        s.metrics.record_rejected(code.0);
+    if let Some(code) = resp.extensions().get::<RejectedCode>().copied() {
+        tracing::debug!(
+            code = code.0,
+            status = resp.status().as_u16(),
+            "request refused"
+        );
+        if let Some(s) = served {
+            s.metrics.record_rejected(code.0);
+        }
     }
     if let Some(s) = served {
         s.provenance.apply(resp.headers_mut());
