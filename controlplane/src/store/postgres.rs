@@ -1,0 +1,206 @@
+//! The Postgres backend (distributed mode).
+//!
+//! Appends take one transaction-scoped advisory lock, so positions (a BIGSERIAL)
+//! become visible in the order they were assigned: a reader paging by position can
+//! never skip an event that commits later with a smaller position. The version
+//! check under that lock makes conflicts typed; the primary key is the backstop.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
+use sqlx::{Postgres, QueryBuilder, Row};
+
+use super::types::deployment_of;
+use super::{
+    Actor, AuditQuery, ExpectedVersion, NewEvent, Position, Recorded, StoreError, StreamRef,
+};
+
+const APPEND_LOCK: i64 = 0x7374_6f6b_6572_0001;
+const COLUMNS: &str = "position, stream_type, stream_id, seq, event_type, event_version, \
+                       payload, actor, reason, recorded_at";
+/// Rows per INSERT statement (10 binds each, far below the 65535 bind limit).
+const CHUNK: usize = 500;
+
+#[derive(Clone, Debug)]
+pub(crate) struct PgStore {
+    pool: PgPool,
+}
+
+impl PgStore {
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let pool = PgPoolOptions::new()
+            .max_connections(16)
+            .connect(url)
+            .await?;
+        Ok(Self { pool })
+    }
+
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        super::migrate::postgres(&self.pool).await
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    pub async fn version(&self, stream: &StreamRef) -> Result<u64, StoreError> {
+        version(&self.pool, stream).await
+    }
+
+    pub async fn append(
+        &self,
+        stream: &StreamRef,
+        expected: ExpectedVersion,
+        events: &[NewEvent],
+    ) -> Result<Vec<Recorded>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(APPEND_LOCK)
+            .execute(&mut *tx)
+            .await?;
+        let actual = version(&mut *tx, stream).await?;
+        if !expected.admits(actual) {
+            return Err(StoreError::Conflict {
+                stream: stream.clone(),
+                expected,
+                actual,
+            });
+        }
+        let mut out = Vec::with_capacity(events.len());
+        for (c, chunk) in events.chunks(CHUNK).enumerate() {
+            let first_seq = actual + (c * CHUNK) as u64 + 1;
+            let mut qb = QueryBuilder::<Postgres>::new(
+                "INSERT INTO events (stream_type, stream_id, seq, event_type, event_version, \
+                 payload, actor, reason, deployment_id, recorded_at) ",
+            );
+            qb.push_values(chunk.iter().enumerate(), |mut b, (i, e)| {
+                b.push_bind(stream.stream_type.as_str())
+                    .push_bind(stream.stream_id.as_str())
+                    .push_bind((first_seq + i as u64) as i64)
+                    .push_bind(e.event_type.as_str())
+                    .push_bind(e.version)
+                    .push_bind(&e.payload)
+                    .push_bind(e.actor.as_str())
+                    .push_bind(e.reason.as_deref())
+                    .push_bind(deployment_of(stream, &e.payload))
+                    .push("clock_timestamp()");
+            });
+            qb.push(" RETURNING position, seq, recorded_at");
+            let rows = match qb.build().fetch_all(&mut *tx).await {
+                Ok(rows) => rows,
+                Err(sqlx::Error::Database(db)) if db.is_unique_violation() => {
+                    drop(tx);
+                    return Err(StoreError::Conflict {
+                        stream: stream.clone(),
+                        expected,
+                        actual: version(&self.pool, stream).await?,
+                    });
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let mut stamped = rows
+                .iter()
+                .map(|r| -> Result<(i64, i64, DateTime<Utc>), sqlx::Error> {
+                    Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            stamped.sort_by_key(|&(_, seq, _)| seq);
+            for ((position, seq, recorded_at), e) in stamped.into_iter().zip(chunk) {
+                out.push(Recorded {
+                    position: Position(position),
+                    stream: stream.clone(),
+                    seq: seq as u64,
+                    event_type: e.event_type.clone(),
+                    version: e.version,
+                    payload: e.payload.clone(),
+                    actor: e.actor.clone(),
+                    reason: e.reason.clone(),
+                    recorded_at,
+                });
+            }
+        }
+        tx.commit().await?;
+        Ok(out)
+    }
+
+    pub async fn read_stream(&self, stream: &StreamRef) -> Result<Vec<Recorded>, StoreError> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM events WHERE stream_type = $1 AND stream_id = $2 ORDER BY seq"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(stream.stream_type.as_str())
+            .bind(stream.stream_id.as_str())
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(decode).collect()
+    }
+
+    pub async fn read_all(&self, after: Position, limit: i64) -> Result<Vec<Recorded>, StoreError> {
+        let sql =
+            format!("SELECT {COLUMNS} FROM events WHERE position > $1 ORDER BY position LIMIT $2");
+        let rows = sqlx::query(&sql)
+            .bind(after.0)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(decode).collect()
+    }
+
+    /// Returns up to `limit + 1` rows so the caller knows whether a next page exists.
+    pub async fn audit(&self, q: &AuditQuery, limit: i64) -> Result<Vec<Recorded>, StoreError> {
+        let mut qb = QueryBuilder::<Postgres>::new(format!(
+            "SELECT {COLUMNS} FROM events WHERE position > "
+        ));
+        qb.push_bind(q.after.unwrap_or(Position::START).0);
+        if let Some(d) = &q.deployment {
+            qb.push(" AND deployment_id = ").push_bind(d.as_str());
+        }
+        if let Some(t) = &q.event_type {
+            qb.push(" AND event_type = ").push_bind(t.as_str());
+        }
+        if let Some(a) = &q.actor {
+            qb.push(" AND actor = ").push_bind(a.as_str());
+        }
+        if let Some(from) = q.from {
+            qb.push(" AND recorded_at >= ").push_bind(from);
+        }
+        if let Some(to) = q.to {
+            qb.push(" AND recorded_at < ").push_bind(to);
+        }
+        qb.push(" ORDER BY position LIMIT ").push_bind(limit + 1);
+        let rows = qb.build().fetch_all(&self.pool).await?;
+        rows.iter().map(decode).collect()
+    }
+}
+
+async fn version<'e, E>(exec: E, stream: &StreamRef) -> Result<u64, StoreError>
+where
+    E: sqlx::Executor<'e, Database = Postgres>,
+{
+    let v: i64 = sqlx::query_scalar(
+        "SELECT COALESCE(MAX(seq), 0) FROM events WHERE stream_type = $1 AND stream_id = $2",
+    )
+    .bind(stream.stream_type.as_str())
+    .bind(stream.stream_id.as_str())
+    .fetch_one(exec)
+    .await?;
+    Ok(v as u64)
+}
+
+fn decode(r: &PgRow) -> Result<Recorded, StoreError> {
+    let seq: i64 = r.try_get("seq")?;
+    Ok(Recorded {
+        position: Position(r.try_get("position")?),
+        stream: StreamRef::new(
+            r.try_get::<String, _>("stream_type")?,
+            r.try_get::<String, _>("stream_id")?,
+        ),
+        seq: seq as u64,
+        event_type: r.try_get("event_type")?,
+        version: r.try_get("event_version")?,
+        payload: r.try_get::<Value, _>("payload")?,
+        actor: Actor(r.try_get("actor")?),
+        reason: r.try_get("reason")?,
+        recorded_at: r.try_get("recorded_at")?,
+    })
+}

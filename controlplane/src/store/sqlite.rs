@@ -1,0 +1,244 @@
+//! The SQLite backend (the embedded default of `stoker serve`).
+//!
+//! SQLite allows one writer at a time. Appends from this process queue on an async
+//! gate (no busy-spinning), and each runs as `BEGIN IMMEDIATE`, which takes the
+//! write lock before the version is read, so a second process cannot interleave
+//! (it waits up to `busy_timeout`). WAL lets readers run beside the writer.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+};
+use sqlx::{QueryBuilder, Row, Sqlite};
+use tokio::sync::Mutex;
+
+use super::time::{from_text, now_micros, to_text};
+use super::types::deployment_of;
+use super::{
+    Actor, AuditQuery, ExpectedVersion, NewEvent, Position, Recorded, StoreError, StreamRef,
+};
+
+const COLUMNS: &str = "position, stream_type, stream_id, seq, event_type, event_version, \
+                       payload, actor, reason, recorded_at";
+/// Rows per INSERT statement (10 binds each, below SQLite's 32766 bind limit).
+const CHUNK: usize = 500;
+
+#[derive(Clone, Debug)]
+pub(crate) struct SqliteStore {
+    pool: SqlitePool,
+    /// The in-process writer gate; holds the last `recorded_at` handed out so
+    /// timestamps never go backwards along positions even if the clock does.
+    gate: Arc<Mutex<DateTime<Utc>>>,
+}
+
+impl SqliteStore {
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let memory = url.contains(":memory:") || url.contains("mode=memory");
+        let mut opts = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(10));
+        if !memory {
+            opts = opts.journal_mode(SqliteJournalMode::Wal);
+        }
+        // An in-memory database lives and dies with its one connection.
+        let pool = if memory {
+            SqlitePoolOptions::new()
+                .max_connections(1)
+                .min_connections(1)
+                .idle_timeout(None)
+                .max_lifetime(None)
+        } else {
+            SqlitePoolOptions::new().max_connections(8)
+        }
+        .connect_with(opts)
+        .await?;
+        Ok(Self {
+            pool,
+            gate: Arc::new(Mutex::new(DateTime::<Utc>::MIN_UTC)),
+        })
+    }
+
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        let _gate = self.gate.lock().await;
+        super::migrate::sqlite(&self.pool).await
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    pub async fn version(&self, stream: &StreamRef) -> Result<u64, StoreError> {
+        version(&self.pool, stream).await
+    }
+
+    pub async fn append(
+        &self,
+        stream: &StreamRef,
+        expected: ExpectedVersion,
+        events: &[NewEvent],
+    ) -> Result<Vec<Recorded>, StoreError> {
+        let mut last = self.gate.lock().await;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let actual = version(&mut *tx, stream).await?;
+        if !expected.admits(actual) {
+            return Err(StoreError::Conflict {
+                stream: stream.clone(),
+                expected,
+                actual,
+            });
+        }
+        let recorded_at = now_micros().max(*last);
+        let stamp = to_text(recorded_at);
+        let mut out = Vec::with_capacity(events.len());
+        for (c, chunk) in events.chunks(CHUNK).enumerate() {
+            let first_seq = actual + (c * CHUNK) as u64 + 1;
+            let payloads = chunk
+                .iter()
+                .map(|e| e.payload.to_string())
+                .collect::<Vec<_>>();
+            let mut qb = QueryBuilder::<Sqlite>::new(
+                "INSERT INTO events (stream_type, stream_id, seq, event_type, event_version, \
+                 payload, actor, reason, deployment_id, recorded_at) ",
+            );
+            qb.push_values(
+                chunk.iter().zip(&payloads).enumerate(),
+                |mut b, (i, (e, p))| {
+                    b.push_bind(stream.stream_type.as_str())
+                        .push_bind(stream.stream_id.as_str())
+                        .push_bind((first_seq + i as u64) as i64)
+                        .push_bind(e.event_type.as_str())
+                        .push_bind(e.version)
+                        .push_bind(p.as_str())
+                        .push_bind(e.actor.as_str())
+                        .push_bind(e.reason.as_deref())
+                        .push_bind(deployment_of(stream, &e.payload))
+                        .push_bind(stamp.as_str());
+                },
+            );
+            qb.push(" RETURNING position, seq");
+            let rows = match qb.build().fetch_all(&mut *tx).await {
+                Ok(rows) => rows,
+                Err(sqlx::Error::Database(db)) if db.is_unique_violation() => {
+                    drop(tx);
+                    return Err(StoreError::Conflict {
+                        stream: stream.clone(),
+                        expected,
+                        actual: version(&self.pool, stream).await?,
+                    });
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let mut assigned = rows
+                .iter()
+                .map(|r| -> Result<(i64, i64), sqlx::Error> { Ok((r.try_get(0)?, r.try_get(1)?)) })
+                .collect::<Result<Vec<_>, _>>()?;
+            assigned.sort_by_key(|&(_, seq)| seq);
+            for ((position, seq), e) in assigned.into_iter().zip(chunk) {
+                out.push(Recorded {
+                    position: Position(position),
+                    stream: stream.clone(),
+                    seq: seq as u64,
+                    event_type: e.event_type.clone(),
+                    version: e.version,
+                    payload: e.payload.clone(),
+                    actor: e.actor.clone(),
+                    reason: e.reason.clone(),
+                    recorded_at,
+                });
+            }
+        }
+        tx.commit().await?;
+        *last = recorded_at;
+        Ok(out)
+    }
+
+    pub async fn read_stream(&self, stream: &StreamRef) -> Result<Vec<Recorded>, StoreError> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM events WHERE stream_type = ? AND stream_id = ? ORDER BY seq"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(stream.stream_type.as_str())
+            .bind(stream.stream_id.as_str())
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(decode).collect()
+    }
+
+    pub async fn read_all(&self, after: Position, limit: i64) -> Result<Vec<Recorded>, StoreError> {
+        let sql =
+            format!("SELECT {COLUMNS} FROM events WHERE position > ? ORDER BY position LIMIT ?");
+        let rows = sqlx::query(&sql)
+            .bind(after.0)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(decode).collect()
+    }
+
+    /// Returns up to `limit + 1` rows so the caller knows whether a next page exists.
+    pub async fn audit(&self, q: &AuditQuery, limit: i64) -> Result<Vec<Recorded>, StoreError> {
+        let mut qb =
+            QueryBuilder::<Sqlite>::new(format!("SELECT {COLUMNS} FROM events WHERE position > "));
+        qb.push_bind(q.after.unwrap_or(Position::START).0);
+        if let Some(d) = &q.deployment {
+            qb.push(" AND deployment_id = ").push_bind(d.as_str());
+        }
+        if let Some(t) = &q.event_type {
+            qb.push(" AND event_type = ").push_bind(t.as_str());
+        }
+        if let Some(a) = &q.actor {
+            qb.push(" AND actor = ").push_bind(a.as_str());
+        }
+        if let Some(from) = q.from {
+            qb.push(" AND recorded_at >= ").push_bind(to_text(from));
+        }
+        if let Some(to) = q.to {
+            qb.push(" AND recorded_at < ").push_bind(to_text(to));
+        }
+        qb.push(" ORDER BY position LIMIT ").push_bind(limit + 1);
+        let rows = qb.build().fetch_all(&self.pool).await?;
+        rows.iter().map(decode).collect()
+    }
+}
+
+async fn version<'e, E>(exec: E, stream: &StreamRef) -> Result<u64, StoreError>
+where
+    E: sqlx::Executor<'e, Database = Sqlite>,
+{
+    let v: i64 = sqlx::query_scalar(
+        "SELECT COALESCE(MAX(seq), 0) FROM events WHERE stream_type = ? AND stream_id = ?",
+    )
+    .bind(stream.stream_type.as_str())
+    .bind(stream.stream_id.as_str())
+    .fetch_one(exec)
+    .await?;
+    Ok(v as u64)
+}
+
+fn decode(r: &SqliteRow) -> Result<Recorded, StoreError> {
+    let position: i64 = r.try_get("position")?;
+    let corrupt = |detail: String| StoreError::Corrupt { position, detail };
+    let payload: String = r.try_get("payload")?;
+    let recorded_at: String = r.try_get("recorded_at")?;
+    let seq: i64 = r.try_get("seq")?;
+    Ok(Recorded {
+        position: Position(position),
+        stream: StreamRef::new(
+            r.try_get::<String, _>("stream_type")?,
+            r.try_get::<String, _>("stream_id")?,
+        ),
+        seq: seq as u64,
+        event_type: r.try_get("event_type")?,
+        version: r.try_get("event_version")?,
+        payload: serde_json::from_str(&payload).map_err(|e| corrupt(e.to_string()))?,
+        actor: Actor(r.try_get("actor")?),
+        reason: r.try_get("reason")?,
+        recorded_at: from_text(&recorded_at)
+            .ok_or_else(|| corrupt(format!("recorded_at {recorded_at:?}")))?,
+    })
+}
