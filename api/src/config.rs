@@ -148,7 +148,33 @@ pub enum ConfigError {
 impl Config {
     /// Defaults < TOML file < `STOKER_*` env < flags.
     pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigError> {
-        Self::load_from(file, Env::prefixed("STOKER_").split("__"), overrides)
+        Self::load_from(file, Self::env("STOKER_"), overrides)
+    }
+
+    /// `PREFIX*` variables whose first segment is a config key. Other
+    /// `STOKER_*` variables (`STOKER_CONFIG`, `STOKER_LOG`, test and bench
+    /// knobs) are not configuration and must not trip `deny_unknown_fields`.
+    pub fn env(prefix: &str) -> Env {
+        const KEYS: [&str; 12] = [
+            "listen",
+            "model",
+            "served_model_name",
+            "data_dir",
+            "insecure",
+            "shutdown_timeout_secs",
+            "executor_id",
+            "log_format",
+            "limits",
+            "engine",
+            "admission",
+            "api_keys",
+        ];
+        Env::prefixed(prefix)
+            .filter(|k| {
+                let first = k.as_str().split("__").next().unwrap_or_default();
+                KEYS.iter().any(|key| first.eq_ignore_ascii_case(key))
+            })
+            .split("__")
     }
 
     pub fn load_from(
@@ -166,8 +192,7 @@ impl Config {
             }
             fig = fig.merge(Toml::file(f));
         }
-        // `STOKER_LOG` is the log filter, not a config key.
-        fig = fig.merge(env.ignore(&["LOG", "KERNELS"]));
+        fig = fig.merge(env);
         let mut c: Config = fig
             .extract()
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
@@ -261,7 +286,7 @@ mod tests {
             // with other threads writing them: each name is unique to this test.
             unsafe { std::env::set_var(format!("{prefix}{k}"), v) };
         }
-        Env::prefixed(&prefix).split("__")
+        Config::env(&prefix)
     }
 
     #[test]
@@ -274,7 +299,12 @@ mod tests {
             "listen = \"127.0.0.1:9000\"\nshutdown_timeout_secs = 5\n[engine]\nmax_num_seqs = 8\n[admission]\nmax_waiting_requests = 3\n",
         )
         .unwrap();
-        let env = env_of(&[("ADMISSION__MAX_WAITING_REQUESTS", "7")]);
+        let env = env_of(&[
+            ("ADMISSION__MAX_WAITING_REQUESTS", "7"),
+            // Not configuration: ignored, not an unknown-key error.
+            ("CONFIG", "elsewhere.toml"),
+            ("TEST_THREADS", "2"),
+        ]);
         let c = Config::load_from(
             Some(&f),
             env,
