@@ -195,6 +195,11 @@ mod cases {
         let distinct: BTreeSet<_> = read.iter().map(|e| e.payload.to_string()).collect();
         assert_eq!(distinct.len() as u64, total, "every write exactly once");
         assert!(read.windows(2).all(|w| w[0].position < w[1].position));
+        assert!(
+            read.windows(2)
+                .all(|w| w[0].recorded_at <= w[1].recorded_at),
+            "time never decreases along position"
+        );
         other.close().await;
     }
 
@@ -359,6 +364,35 @@ mod cases {
             ..dep_type
         };
         assert_eq!(positions(window).await, p(&[&e4]));
+        let everything = AuditQuery {
+            from: Some(e1.recorded_at),
+            ..by_dep.clone()
+        };
+        assert_eq!(positions(everything).await, p(&[&e1, &e3, &e4, &e5, &e6]));
+        let future = Some(Utc::now() + chrono::Duration::hours(1));
+        assert!(
+            positions(AuditQuery {
+                from: future,
+                ..by_dep.clone()
+            })
+            .await
+            .is_empty()
+        );
+        let past = Some(e1.recorded_at - chrono::Duration::hours(1));
+        assert!(
+            positions(AuditQuery {
+                to: past,
+                ..by_dep.clone()
+            })
+            .await
+            .is_empty()
+        );
+        let all_time = AuditQuery {
+            from: past,
+            to: future,
+            ..by_dep.clone()
+        };
+        assert_eq!(positions(all_time).await.len(), 5);
 
         // Cursor paging walks the same result two at a time, then stops.
         let (mut seen, mut cursor) = (Vec::new(), None);

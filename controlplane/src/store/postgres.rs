@@ -4,6 +4,8 @@
 //! become visible in the order they were assigned: a reader paging by position can
 //! never skip an event that commits later with a smaller position. The version
 //! check under that lock makes conflicts typed; the primary key is the backstop.
+//! Under the same lock `recorded_at` is floored at the latest stored one, so time
+//! never decreases along position and the audit turns time bounds into positions.
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -18,6 +20,10 @@ use super::{
 const APPEND_LOCK: i64 = 0x7374_6f6b_6572_0001;
 const COLUMNS: &str = "position, stream_type, stream_id, seq, event_type, event_version, \
                        payload, actor, reason, recorded_at";
+/// The first position recorded at or after a time (an O(log n) probe of the
+/// `(recorded_at, position)` index), or past the end when there is none.
+const FIRST_AT_OR_AFTER: &str = "COALESCE((SELECT position FROM events WHERE recorded_at >= ";
+const END: &str = " ORDER BY recorded_at, position LIMIT 1), 9223372036854775807)";
 /// Rows per INSERT statement (10 binds each, far below the 65535 bind limit).
 const CHUNK: usize = 500;
 
@@ -53,12 +59,25 @@ impl PgStore {
         expected: ExpectedVersion,
         events: &[NewEvent],
     ) -> Result<Vec<Recorded>, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(APPEND_LOCK)
-            .execute(&mut *tx)
+        // One round trip: BEGIN and the lock (simple protocol allows two statements).
+        let mut tx = self
+            .pool
+            .begin_with(format!(
+                "BEGIN; SELECT pg_advisory_xact_lock({APPEND_LOCK})"
+            ))
             .await?;
-        let actual = version(&mut *tx, stream).await?;
+        // A new statement, so a new snapshot: it sees every append committed before
+        // the lock was granted.
+        let (actual, floor): (i64, Option<DateTime<Utc>>) = sqlx::query_as(
+            "SELECT COALESCE((SELECT MAX(seq) FROM events \
+                              WHERE stream_type = $1 AND stream_id = $2), 0), \
+                    (SELECT MAX(recorded_at) FROM events)",
+        )
+        .bind(stream.stream_type.as_str())
+        .bind(stream.stream_id.as_str())
+        .fetch_one(&mut *tx)
+        .await?;
+        let actual = actual as u64;
         if !expected.admits(actual) {
             return Err(StoreError::Conflict {
                 stream: stream.clone(),
@@ -83,7 +102,9 @@ impl PgStore {
                     .push_bind(e.actor.as_str())
                     .push_bind(e.reason.as_deref())
                     .push_bind(deployment_of(stream, &e.payload))
-                    .push("clock_timestamp()");
+                    .push("GREATEST(clock_timestamp(), ")
+                    .push_bind_unseparated(floor)
+                    .push_unseparated(")");
             });
             qb.push(" RETURNING position, seq, recorded_at");
             let rows = match qb.build().fetch_all(&mut *tx).await {
@@ -163,9 +184,17 @@ impl PgStore {
         }
         if let Some(from) = q.from {
             qb.push(" AND recorded_at >= ").push_bind(from);
+            qb.push(" AND position >= ")
+                .push(FIRST_AT_OR_AFTER)
+                .push_bind(from)
+                .push(END);
         }
         if let Some(to) = q.to {
             qb.push(" AND recorded_at < ").push_bind(to);
+            qb.push(" AND position < ")
+                .push(FIRST_AT_OR_AFTER)
+                .push_bind(to)
+                .push(END);
         }
         qb.push(" ORDER BY position LIMIT ").push_bind(limit + 1);
         let rows = qb.build().fetch_all(&self.pool).await?;

@@ -4,12 +4,14 @@
 //! gate (no busy-spinning), and each runs as `BEGIN IMMEDIATE`, which takes the
 //! write lock before the version is read, so a second process cannot interleave
 //! (it waits up to `busy_timeout`). WAL lets readers run beside the writer.
+//! Inside that transaction `recorded_at` is floored at the latest stored one, so
+//! time never decreases along position and the audit turns time bounds into
+//! positions.
 
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
 };
@@ -24,15 +26,18 @@ use super::{
 
 const COLUMNS: &str = "position, stream_type, stream_id, seq, event_type, event_version, \
                        payload, actor, reason, recorded_at";
+/// The first position recorded at or after a time (an O(log n) probe of the
+/// `(recorded_at, position)` index), or past the end when there is none.
+const FIRST_AT_OR_AFTER: &str = "COALESCE((SELECT position FROM events WHERE recorded_at >= ";
+const END: &str = " ORDER BY recorded_at, position LIMIT 1), 9223372036854775807)";
 /// Rows per INSERT statement (10 binds each, below SQLite's 32766 bind limit).
 const CHUNK: usize = 500;
 
 #[derive(Clone, Debug)]
 pub(crate) struct SqliteStore {
     pool: SqlitePool,
-    /// The in-process writer gate; holds the last `recorded_at` handed out so
-    /// timestamps never go backwards along positions even if the clock does.
-    gate: Arc<Mutex<DateTime<Utc>>>,
+    /// The in-process writer gate.
+    gate: Arc<Mutex<()>>,
 }
 
 impl SqliteStore {
@@ -59,7 +64,7 @@ impl SqliteStore {
         .await?;
         Ok(Self {
             pool,
-            gate: Arc::new(Mutex::new(DateTime::<Utc>::MIN_UTC)),
+            gate: Arc::new(Mutex::new(())),
         })
     }
 
@@ -82,9 +87,18 @@ impl SqliteStore {
         expected: ExpectedVersion,
         events: &[NewEvent],
     ) -> Result<Vec<Recorded>, StoreError> {
-        let mut last = self.gate.lock().await;
+        let _gate = self.gate.lock().await;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let actual = version(&mut *tx, stream).await?;
+        let (actual, floor): (i64, Option<String>) = sqlx::query_as(
+            "SELECT COALESCE((SELECT MAX(seq) FROM events \
+                              WHERE stream_type = ? AND stream_id = ?), 0), \
+                    (SELECT MAX(recorded_at) FROM events)",
+        )
+        .bind(stream.stream_type.as_str())
+        .bind(stream.stream_id.as_str())
+        .fetch_one(&mut *tx)
+        .await?;
+        let actual = actual as u64;
         if !expected.admits(actual) {
             return Err(StoreError::Conflict {
                 stream: stream.clone(),
@@ -92,7 +106,8 @@ impl SqliteStore {
                 actual,
             });
         }
-        let recorded_at = now_micros().max(*last);
+        let floor = floor.as_deref().and_then(from_text);
+        let recorded_at = floor.map_or_else(now_micros, |f| now_micros().max(f));
         let stamp = to_text(recorded_at);
         let mut out = Vec::with_capacity(events.len());
         for (c, chunk) in events.chunks(CHUNK).enumerate() {
@@ -153,7 +168,6 @@ impl SqliteStore {
             }
         }
         tx.commit().await?;
-        *last = recorded_at;
         Ok(out)
     }
 
@@ -196,9 +210,17 @@ impl SqliteStore {
         }
         if let Some(from) = q.from {
             qb.push(" AND recorded_at >= ").push_bind(to_text(from));
+            qb.push(" AND position >= ")
+                .push(FIRST_AT_OR_AFTER)
+                .push_bind(to_text(from))
+                .push(END);
         }
         if let Some(to) = q.to {
             qb.push(" AND recorded_at < ").push_bind(to_text(to));
+            qb.push(" AND position < ")
+                .push(FIRST_AT_OR_AFTER)
+                .push_bind(to_text(to))
+                .push(END);
         }
         qb.push(" ORDER BY position LIMIT ").push_bind(limit + 1);
         let rows = qb.build().fetch_all(&self.pool).await?;
