@@ -1,7 +1,10 @@
 //! Contract types shared across stoker processes: the OpenAI wire format the
-//! API speaks, and (later) the messages executors and the control plane
-//! exchange. Each type derives serde and a JSON Schema (`utoipa::ToSchema`) so
-//! the checked-in `openapi.json` is generated from these definitions.
+//! API speaks, the control-plane event payloads, and (later) the messages
+//! executors and the control plane exchange. The OpenAI types derive
+//! `utoipa::ToSchema` so the checked-in `openapi.json` is generated from these
+//! definitions; the event payloads derive `schemars::JsonSchema` for the
+//! checked-in `events/*.schema.json`.
 
 pub mod error;
+pub mod events;
 pub mod openai;

@@ -1,0 +1,225 @@
+//! `DomainError`: every reason an aggregate refuses a command, one variant each.
+//!
+//! The API turns these into HTTP in one place: [`DomainError::kind`] picks the
+//! status class (404, 409 or 400) and [`DomainError::code`] the stable
+//! machine-readable code of the error body. Messages are sentences that name
+//! the ids involved, because they reach operators unchanged.
+
+/// The HTTP class of a refusal: 404, 409 or 400.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// The thing the command names does not exist (404).
+    NotFound,
+    /// The command contradicts the current state; re-read and decide again (409).
+    Conflict,
+    /// The command itself is malformed or lacks a precondition (400).
+    Invalid,
+}
+
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum DomainError {
+    #[error("{kind} {id:?} already exists")]
+    AlreadyExists { kind: &'static str, id: String },
+    #[error("{kind} {id:?} does not exist")]
+    NotFound { kind: &'static str, id: String },
+    #[error("deployment {deployment_id:?} is retired and accepts no further changes")]
+    Retired { deployment_id: String },
+    #[error("{kind} id {id:?} is invalid: {detail}")]
+    InvalidId {
+        kind: &'static str,
+        id: String,
+        detail: String,
+    },
+    #[error("the deployment limits are invalid: {0}")]
+    InvalidLimits(String),
+    #[error(
+        "revision {revision_id:?} of deployment {deployment_id:?} is not registered with a \
+         verified artifact"
+    )]
+    RevisionNotVerified {
+        deployment_id: String,
+        revision_id: String,
+    },
+    #[error(
+        "deployment {deployment_id:?} has rollout {rollout_id:?} in progress; finish or roll it \
+         back first"
+    )]
+    RolloutActive {
+        deployment_id: String,
+        rollout_id: String,
+    },
+    #[error("deployment {deployment_id:?} has no serving revision to roll out from")]
+    NoServingRevision { deployment_id: String },
+    #[error("revision {revision_id:?} already serves deployment {deployment_id:?}")]
+    SameRevision {
+        deployment_id: String,
+        revision_id: String,
+    },
+    #[error(
+        "deployment {deployment_id:?} already has rollout {rollout_id:?} in progress; only one \
+         rollout may be active at a time"
+    )]
+    RolloutAlreadyActive {
+        deployment_id: String,
+        rollout_id: String,
+    },
+    #[error("the rollout steps are invalid: {0}")]
+    InvalidSteps(String),
+    #[error("the rollout gates are invalid: {0}")]
+    InvalidGates(String),
+    #[error("the gate figures are invalid: {0}")]
+    InvalidFigures(String),
+    #[error("rollout {rollout_id:?} is not the active rollout of deployment {deployment_id:?}")]
+    RolloutNotActive {
+        deployment_id: String,
+        rollout_id: String,
+    },
+    #[error("rollout {rollout_id:?} of deployment {deployment_id:?} is paused")]
+    RolloutPaused {
+        deployment_id: String,
+        rollout_id: String,
+    },
+    #[error("rollout {rollout_id:?} of deployment {deployment_id:?} is not paused")]
+    RolloutNotPaused {
+        deployment_id: String,
+        rollout_id: String,
+    },
+    #[error(
+        "rollout {rollout_id:?} of deployment {deployment_id:?} is already at its last step \
+         ({percent} %); complete it instead"
+    )]
+    RolloutAtLastStep {
+        deployment_id: String,
+        rollout_id: String,
+        percent: u8,
+    },
+    #[error(
+        "rollout {rollout_id:?} of deployment {deployment_id:?} sends {percent} % of traffic to \
+         the new revision; it can complete only at 100 %"
+    )]
+    RolloutNotAtFullTraffic {
+        deployment_id: String,
+        rollout_id: String,
+        percent: u8,
+    },
+    #[error("{action} requires a non-empty reason")]
+    ReasonRequired { action: String },
+    /// Permanent: the artifact is not at `model_uri`, so retrying the same
+    /// registration cannot succeed.
+    #[error(
+        "no artifact exists at {model_uri:?} for revision {revision_id:?} of deployment \
+         {deployment_id:?}"
+    )]
+    RevisionAbsent {
+        deployment_id: String,
+        revision_id: String,
+        model_uri: String,
+    },
+    #[error(
+        "the artifact at {model_uri:?} for revision {revision_id:?} could not be read: {detail}"
+    )]
+    ArtifactUnreadable {
+        revision_id: String,
+        model_uri: String,
+        detail: String,
+    },
+    #[error(
+        "the artifact of revision {revision_id:?} has sha256 {actual}, but the registration \
+         expects {expected}"
+    )]
+    HashMismatch {
+        revision_id: String,
+        expected: String,
+        actual: String,
+    },
+    #[error("the capacity envelope is invalid: {0}")]
+    InvalidEnvelope(String),
+    #[error("executor {executor_id:?} is already registered")]
+    AlreadyRegistered { executor_id: String },
+    #[error("executor {executor_id:?} is already draining")]
+    AlreadyDraining { executor_id: String },
+    #[error("executor {executor_id:?} has already drained")]
+    AlreadyDrained { executor_id: String },
+    #[error("executor {executor_id:?} is not draining")]
+    NotDraining { executor_id: String },
+    #[error("executor {executor_id:?} was lost")]
+    ExecutorLost { executor_id: String },
+    #[error("executor {executor_id:?} is no longer active (it is {status})")]
+    ExecutorNotActive {
+        executor_id: String,
+        status: &'static str,
+    },
+}
+
+impl DomainError {
+    /// The HTTP class of this refusal.
+    pub fn kind(&self) -> ErrorKind {
+        use DomainError::*;
+        match self {
+            NotFound { .. } | RevisionAbsent { .. } => ErrorKind::NotFound,
+            AlreadyExists { .. }
+            | Retired { .. }
+            | RolloutActive { .. }
+            | RolloutAlreadyActive { .. }
+            | RolloutNotActive { .. }
+            | RolloutPaused { .. }
+            | RolloutNotPaused { .. }
+            | RolloutAtLastStep { .. }
+            | RolloutNotAtFullTraffic { .. }
+            | AlreadyRegistered { .. }
+            | AlreadyDraining { .. }
+            | AlreadyDrained { .. }
+            | NotDraining { .. }
+            | ExecutorLost { .. }
+            | ExecutorNotActive { .. } => ErrorKind::Conflict,
+            InvalidId { .. }
+            | InvalidLimits(_)
+            | RevisionNotVerified { .. }
+            | NoServingRevision { .. }
+            | SameRevision { .. }
+            | InvalidSteps(_)
+            | InvalidGates(_)
+            | InvalidFigures(_)
+            | ReasonRequired { .. }
+            | ArtifactUnreadable { .. }
+            | HashMismatch { .. }
+            | InvalidEnvelope(_) => ErrorKind::Invalid,
+        }
+    }
+
+    /// The stable snake_case code of the error body.
+    pub fn code(&self) -> &'static str {
+        use DomainError::*;
+        match self {
+            AlreadyExists { .. } => "already_exists",
+            NotFound { .. } => "not_found",
+            Retired { .. } => "retired",
+            InvalidId { .. } => "invalid_id",
+            InvalidLimits(_) => "invalid_limits",
+            RevisionNotVerified { .. } => "revision_not_verified",
+            RolloutActive { .. } => "rollout_active",
+            NoServingRevision { .. } => "no_serving_revision",
+            SameRevision { .. } => "same_revision",
+            RolloutAlreadyActive { .. } => "rollout_already_active",
+            InvalidSteps(_) => "invalid_steps",
+            InvalidGates(_) => "invalid_gates",
+            InvalidFigures(_) => "invalid_figures",
+            RolloutNotActive { .. } => "rollout_not_active",
+            RolloutPaused { .. } => "rollout_paused",
+            RolloutNotPaused { .. } => "rollout_not_paused",
+            RolloutAtLastStep { .. } => "rollout_at_last_step",
+            RolloutNotAtFullTraffic { .. } => "rollout_not_at_full_traffic",
+            ReasonRequired { .. } => "reason_required",
+            RevisionAbsent { .. } => "revision_absent",
+            ArtifactUnreadable { .. } => "artifact_unreadable",
+            HashMismatch { .. } => "hash_mismatch",
+            InvalidEnvelope(_) => "invalid_envelope",
+            AlreadyRegistered { .. } => "already_registered",
+            AlreadyDraining { .. } => "already_draining",
+            AlreadyDrained { .. } => "already_drained",
+            NotDraining { .. } => "not_draining",
+            ExecutorLost { .. } => "executor_lost",
+            ExecutorNotActive { .. } => "executor_not_active",
+        }
+    }
+}
