@@ -11,6 +11,13 @@ use super::{
     StreamRef, Upcasters,
 };
 
+/// The pool of whichever backend the store runs on.
+#[derive(Clone, Debug)]
+pub enum Db {
+    Postgres(sqlx::PgPool),
+    Sqlite(sqlx::SqlitePool),
+}
+
 #[derive(Clone, Debug)]
 enum Backend {
     Postgres(PgStore),
@@ -54,6 +61,15 @@ impl EventStore {
     pub fn with_upcasters(mut self, upcasters: Upcasters) -> Self {
         self.upcasters = Arc::new(upcasters);
         self
+    }
+
+    /// The connection pool underneath, for read models and the request log that
+    /// live in the same database as the events.
+    pub fn db(&self) -> Db {
+        match &self.backend {
+            Backend::Postgres(s) => Db::Postgres(s.pool().clone()),
+            Backend::Sqlite(s) => Db::Sqlite(s.pool().clone()),
+        }
     }
 
     /// `"postgres"` or `"sqlite"`.

@@ -12,17 +12,41 @@ pub(crate) struct Migration {
     pub sql: &'static str,
 }
 
-pub(crate) const POSTGRES: &[Migration] = &[Migration {
-    version: 1,
-    name: "events",
-    sql: include_str!("../../../migrations/postgres/0001_events.sql"),
-}];
+pub(crate) const POSTGRES: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "events",
+        sql: include_str!("../../../migrations/postgres/0001_events.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "request_log",
+        sql: include_str!("../../../migrations/postgres/0002_request_log.sql"),
+    },
+    Migration {
+        version: 3,
+        name: "read_models",
+        sql: include_str!("../../../migrations/postgres/0003_read_models.sql"),
+    },
+];
 
-pub(crate) const SQLITE: &[Migration] = &[Migration {
-    version: 1,
-    name: "events",
-    sql: include_str!("../../../migrations/sqlite/0001_events.sql"),
-}];
+pub(crate) const SQLITE: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "events",
+        sql: include_str!("../../../migrations/sqlite/0001_events.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "request_log",
+        sql: include_str!("../../../migrations/sqlite/0002_request_log.sql"),
+    },
+    Migration {
+        version: 3,
+        name: "read_models",
+        sql: include_str!("../../../migrations/sqlite/0003_read_models.sql"),
+    },
+];
 
 /// Serializes concurrent migrators (several API instances starting at once).
 const PG_MIGRATE_LOCK: i64 = 0x7374_6f6b_6572_0002;

@@ -33,6 +33,10 @@ pub(crate) struct PgStore {
 }
 
 impl PgStore {
+    pub(crate) fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         let pool = PgPoolOptions::new()
             .max_connections(16)

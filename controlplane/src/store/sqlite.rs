@@ -41,6 +41,10 @@ pub(crate) struct SqliteStore {
 }
 
 impl SqliteStore {
+    pub(crate) fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         let memory = url.contains(":memory:") || url.contains("mode=memory");
         let mut opts = SqliteConnectOptions::from_str(url)?

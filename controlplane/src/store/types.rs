@@ -75,7 +75,9 @@ impl fmt::Display for StreamRef {
 }
 
 /// The global order of an event across all streams; also the audit cursor.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
 #[serde(transparent)]
 pub struct Position(pub i64);
 

@@ -1,0 +1,405 @@
+//! The read models and the fold that builds them from events.
+//!
+//! A view is a plain document: what the admin API lists and what routing reads
+//! on every request. The fold is a pure function of the events in position
+//! order, so replaying every event from the start gives the same views as
+//! folding them one by one as they were appended: that is what makes
+//! `rebuild-projections` safe.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use stoker_schemas::events::{
+    CapacityEnvelope, CapacityProfileEvent, DeploymentEvent, DeploymentLimits, EventPayload,
+    ExecutorEvent, GateFigures, RevisionEvent, SloGates,
+};
+
+use crate::store::{Position, Recorded};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeploymentView {
+    pub deployment_id: String,
+    pub limits: DeploymentLimits,
+    pub serving_revision: Option<String>,
+    pub active_rollout: Option<String>,
+    pub retired: bool,
+    pub created_at: DateTime<Utc>,
+    pub created_by: String,
+    pub updated_at: DateTime<Utc>,
+    /// The deployment stream's version: pass it back to detect lost updates.
+    pub version: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RolloutStatus {
+    Running,
+    Paused,
+    RolledBack,
+    Completed,
+}
+
+impl RolloutStatus {
+    pub fn is_active(self) -> bool {
+        matches!(self, RolloutStatus::Running | RolloutStatus::Paused)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RolloutView {
+    pub rollout_id: String,
+    pub deployment_id: String,
+    pub from_revision: String,
+    pub to_revision: String,
+    pub steps: Vec<u8>,
+    pub step: u32,
+    /// Share of traffic on `to_revision` now; 0 once rolled back, 100 once completed.
+    pub percent: u8,
+    pub status: RolloutStatus,
+    pub gates: SloGates,
+    pub last_figures: Option<GateFigures>,
+    pub started_at: DateTime<Utc>,
+    pub started_by: String,
+    pub updated_at: DateTime<Utc>,
+    pub updated_by: String,
+    pub last_reason: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RevisionView {
+    pub deployment_id: String,
+    pub revision_id: String,
+    pub model_uri: String,
+    pub model_sha256: String,
+    pub tokenizer_hash: String,
+    pub chat_template_hash: String,
+    pub precision: String,
+    pub runtime_version: String,
+    pub registered_at: DateTime<Utc>,
+    pub registered_by: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CapacityProfileView {
+    pub deployment_id: String,
+    pub revision_id: String,
+    pub workload: String,
+    pub envelope: CapacityEnvelope,
+    pub recorded_at: DateTime<Utc>,
+    pub recorded_by: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecutorStatus {
+    Active,
+    Draining,
+    Drained,
+    Lost,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExecutorView {
+    pub executor_id: String,
+    pub deployment_id: String,
+    pub revision_id: Option<String>,
+    pub status: ExecutorStatus,
+    pub reason: Option<String>,
+    pub updated_at: DateTime<Utc>,
+    pub updated_by: String,
+}
+
+/// The kinds of document, as stored in `read_models.kind`.
+pub mod kind {
+    pub const DEPLOYMENT: &str = "deployment";
+    pub const ROLLOUT: &str = "rollout";
+    pub const REVISION: &str = "revision";
+    pub const CAPACITY_PROFILE: &str = "capacity_profile";
+    pub const EXECUTOR: &str = "executor";
+}
+
+/// Every read model, keyed for deterministic order.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Views {
+    /// The last event folded in.
+    pub position: Position,
+    pub deployments: BTreeMap<String, DeploymentView>,
+    pub rollouts: BTreeMap<String, RolloutView>,
+    /// Keyed `{deployment}/{revision}`.
+    pub revisions: BTreeMap<String, RevisionView>,
+    /// Keyed `{deployment}/{revision}/{workload}`; the latest recording wins.
+    pub capacity_profiles: BTreeMap<String, CapacityProfileView>,
+    pub executors: BTreeMap<String, ExecutorView>,
+}
+
+/// A document the fold changed: (kind, id).
+pub type Touched = (&'static str, String);
+
+/// Why an event could not be folded: its payload does not parse as the current
+/// schema. Folding stops there rather than building views that skip history.
+#[derive(Debug, thiserror::Error)]
+#[error("event at position {position} ({event_type}) does not fold: {detail}")]
+pub struct FoldError {
+    pub position: i64,
+    pub event_type: String,
+    pub detail: String,
+}
+
+fn decode<E: EventPayload>(ev: &Recorded) -> Result<E, FoldError> {
+    E::from_parts(&ev.event_type, ev.payload.clone()).map_err(|e| FoldError {
+        position: ev.position.0,
+        event_type: ev.event_type.clone(),
+        detail: e.to_string(),
+    })
+}
+
+impl Views {
+    pub fn revision_key(deployment: &str, revision: &str) -> String {
+        format!("{deployment}/{revision}")
+    }
+
+    /// The revisions of one deployment.
+    pub fn revisions_of<'a>(
+        &'a self,
+        deployment: &'a str,
+    ) -> impl Iterator<Item = &'a RevisionView> + 'a {
+        self.revisions
+            .values()
+            .filter(move |r| r.deployment_id == deployment)
+    }
+
+    /// The active rollout of a deployment, if any.
+    pub fn active_rollout(&self, deployment: &str) -> Option<&RolloutView> {
+        let d = self.deployments.get(deployment)?;
+        self.rollouts.get(d.active_rollout.as_deref()?)
+    }
+
+    /// Folds one event in; returns the documents it changed. Events of stream
+    /// types this fold does not know (e.g. batches) change nothing.
+    pub fn fold(&mut self, ev: &Recorded) -> Result<Vec<Touched>, FoldError> {
+        let touched = match ev.stream.stream_type.as_str() {
+            DeploymentEvent::STREAM_TYPE => self.fold_deployment(ev, decode(ev)?),
+            RevisionEvent::STREAM_TYPE => self.fold_revision(ev, decode(ev)?),
+            CapacityProfileEvent::STREAM_TYPE => self.fold_capacity(ev, decode(ev)?),
+            ExecutorEvent::STREAM_TYPE => self.fold_executor(ev, decode(ev)?),
+            _ => Vec::new(),
+        };
+        self.position = ev.position;
+        Ok(touched)
+    }
+
+    fn fold_deployment(&mut self, ev: &Recorded, e: DeploymentEvent) -> Vec<Touched> {
+        let at = ev.recorded_at;
+        let by = ev.actor.0.clone();
+        let dep_id = ev.stream.stream_id.0.clone();
+        let mut touched = vec![(kind::DEPLOYMENT, dep_id.clone())];
+        if let DeploymentEvent::DeploymentCreated(c) = &e {
+            self.deployments.insert(
+                dep_id.clone(),
+                DeploymentView {
+                    deployment_id: c.deployment_id.clone(),
+                    limits: c.limits.clone(),
+                    serving_revision: None,
+                    active_rollout: None,
+                    retired: false,
+                    created_at: at,
+                    created_by: by.clone(),
+                    updated_at: at,
+                    version: ev.seq,
+                },
+            );
+            return touched;
+        }
+        let Some(d) = self.deployments.get_mut(&dep_id) else {
+            return Vec::new();
+        };
+        d.updated_at = at;
+        d.version = ev.seq;
+        let mut rollout_change = |rollouts: &mut BTreeMap<String, RolloutView>,
+                                  id: &str,
+                                  f: &mut dyn FnMut(&mut RolloutView)| {
+            if let Some(r) = rollouts.get_mut(id) {
+                f(r);
+                r.updated_at = at;
+                r.updated_by = by.clone();
+                r.last_reason = ev.reason.clone();
+                touched.push((kind::ROLLOUT, id.to_owned()));
+            }
+        };
+        match e {
+            DeploymentEvent::DeploymentCreated(_) => {}
+            DeploymentEvent::DeploymentLimitsChanged(c) => d.limits = c.limits,
+            DeploymentEvent::DeploymentRetired(_) => d.retired = true,
+            DeploymentEvent::ServingRevisionSet(s) => d.serving_revision = Some(s.revision_id),
+            DeploymentEvent::RolloutStarted(s) => {
+                d.active_rollout = Some(s.rollout_id.clone());
+                self.rollouts.insert(
+                    s.rollout_id.clone(),
+                    RolloutView {
+                        rollout_id: s.rollout_id.clone(),
+                        deployment_id: s.deployment_id,
+                        from_revision: s.from_revision,
+                        to_revision: s.to_revision,
+                        percent: s.steps.first().copied().unwrap_or(0),
+                        steps: s.steps,
+                        step: 0,
+                        status: RolloutStatus::Running,
+                        gates: s.gates,
+                        last_figures: None,
+                        started_at: at,
+                        started_by: by.clone(),
+                        updated_at: at,
+                        updated_by: by.clone(),
+                        last_reason: ev.reason.clone(),
+                    },
+                );
+                touched.push((kind::ROLLOUT, s.rollout_id));
+            }
+            DeploymentEvent::RolloutAdvanced(a) => {
+                rollout_change(&mut self.rollouts, &a.rollout_id, &mut |r| {
+                    r.step = a.step;
+                    r.percent = a.percent;
+                    if a.figures.is_some() {
+                        r.last_figures = a.figures.clone();
+                    }
+                });
+            }
+            DeploymentEvent::RolloutPaused(p) => {
+                rollout_change(&mut self.rollouts, &p.rollout_id, &mut |r| {
+                    r.status = RolloutStatus::Paused
+                });
+            }
+            DeploymentEvent::RolloutResumed(p) => {
+                rollout_change(&mut self.rollouts, &p.rollout_id, &mut |r| {
+                    r.status = RolloutStatus::Running
+                });
+            }
+            DeploymentEvent::RolloutRolledBack(b) => {
+                d.active_rollout = None;
+                rollout_change(&mut self.rollouts, &b.rollout_id, &mut |r| {
+                    r.status = RolloutStatus::RolledBack;
+                    r.percent = 0;
+                    if b.figures.is_some() {
+                        r.last_figures = b.figures.clone();
+                    }
+                });
+            }
+            DeploymentEvent::RolloutCompleted(c) => {
+                d.active_rollout = None;
+                d.serving_revision = Some(c.revision_id.clone());
+                rollout_change(&mut self.rollouts, &c.rollout_id, &mut |r| {
+                    r.status = RolloutStatus::Completed;
+                    r.percent = 100;
+                });
+            }
+        }
+        touched
+    }
+
+    fn fold_revision(&mut self, ev: &Recorded, e: RevisionEvent) -> Vec<Touched> {
+        let RevisionEvent::RevisionRegistered(r) = e;
+        let key = Self::revision_key(&r.deployment_id, &r.revision_id);
+        self.revisions.insert(
+            key.clone(),
+            RevisionView {
+                deployment_id: r.deployment_id,
+                revision_id: r.revision_id,
+                model_uri: r.model_uri,
+                model_sha256: r.model_sha256,
+                tokenizer_hash: r.tokenizer_hash,
+                chat_template_hash: r.chat_template_hash,
+                precision: r.precision,
+                runtime_version: r.runtime_version,
+                registered_at: ev.recorded_at,
+                registered_by: ev.actor.0.clone(),
+            },
+        );
+        vec![(kind::REVISION, key)]
+    }
+
+    fn fold_capacity(&mut self, ev: &Recorded, e: CapacityProfileEvent) -> Vec<Touched> {
+        let CapacityProfileEvent::CapacityProfileRecorded(p) = e;
+        let key = format!("{}/{}/{}", p.deployment_id, p.revision_id, p.workload);
+        self.capacity_profiles.insert(
+            key.clone(),
+            CapacityProfileView {
+                deployment_id: p.deployment_id,
+                revision_id: p.revision_id,
+                workload: p.workload,
+                envelope: p.envelope,
+                recorded_at: ev.recorded_at,
+                recorded_by: ev.actor.0.clone(),
+            },
+        );
+        vec![(kind::CAPACITY_PROFILE, key)]
+    }
+
+    fn fold_executor(&mut self, ev: &Recorded, e: ExecutorEvent) -> Vec<Touched> {
+        let id = ev.stream.stream_id.0.clone();
+        let (status, deployment_id, revision_id) = match e {
+            ExecutorEvent::ExecutorRegistered(r) => {
+                (ExecutorStatus::Active, r.deployment_id, Some(r.revision_id))
+            }
+            ExecutorEvent::ExecutorDraining(d) => (ExecutorStatus::Draining, d.deployment_id, None),
+            ExecutorEvent::ExecutorDrained(d) => (ExecutorStatus::Drained, d.deployment_id, None),
+            ExecutorEvent::ExecutorLost(d) => (ExecutorStatus::Lost, d.deployment_id, None),
+        };
+        let prev_revision = self.executors.get(&id).and_then(|x| x.revision_id.clone());
+        self.executors.insert(
+            id.clone(),
+            ExecutorView {
+                executor_id: id.clone(),
+                deployment_id,
+                revision_id: revision_id.or(prev_revision),
+                status,
+                reason: ev.reason.clone(),
+                updated_at: ev.recorded_at,
+                updated_by: ev.actor.0.clone(),
+            },
+        );
+        vec![(kind::EXECUTOR, id)]
+    }
+
+    /// The document of (kind, id) as stored, if it exists.
+    pub fn doc(&self, kind: &str, id: &str) -> Option<serde_json::Value> {
+        let v = match kind {
+            kind::DEPLOYMENT => serde_json::to_value(self.deployments.get(id)?),
+            kind::ROLLOUT => serde_json::to_value(self.rollouts.get(id)?),
+            kind::REVISION => serde_json::to_value(self.revisions.get(id)?),
+            kind::CAPACITY_PROFILE => serde_json::to_value(self.capacity_profiles.get(id)?),
+            kind::EXECUTOR => serde_json::to_value(self.executors.get(id)?),
+            _ => return None,
+        };
+        v.ok()
+    }
+
+    /// Puts a stored document back (loading views from the database).
+    pub fn load_doc(
+        &mut self,
+        kind: &str,
+        id: String,
+        doc: serde_json::Value,
+    ) -> Result<(), serde_json::Error> {
+        match kind {
+            kind::DEPLOYMENT => {
+                self.deployments.insert(id, serde_json::from_value(doc)?);
+            }
+            kind::ROLLOUT => {
+                self.rollouts.insert(id, serde_json::from_value(doc)?);
+            }
+            kind::REVISION => {
+                self.revisions.insert(id, serde_json::from_value(doc)?);
+            }
+            kind::CAPACITY_PROFILE => {
+                self.capacity_profiles
+                    .insert(id, serde_json::from_value(doc)?);
+            }
+            kind::EXECUTOR => {
+                self.executors.insert(id, serde_json::from_value(doc)?);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
