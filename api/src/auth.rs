@@ -30,6 +30,10 @@ impl Scope {
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApiKeyConfig {
+    /// Who holds the key: the actor recorded on every admin write made with it.
+    /// Defaults to the tenant.
+    #[serde(default)]
+    pub name: Option<String>,
     pub key: String,
     pub tenant: String,
     pub scopes: Vec<Scope>,
@@ -39,6 +43,7 @@ impl std::fmt::Debug for ApiKeyConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The key itself never reaches a log line.
         f.debug_struct("ApiKeyConfig")
+            .field("name", &self.name)
             .field("tenant", &self.tenant)
             .field("scopes", &self.scopes)
             .finish()
@@ -56,6 +61,11 @@ impl ApiKeyConfig {
         if self.scopes.is_empty() {
             return Err("scopes must not be empty".into());
         }
+        if let Some(n) = &self.name
+            && (n.is_empty() || n.len() > 64 || n.chars().any(char::is_control))
+        {
+            return Err("name must be 1 to 64 printable characters".into());
+        }
         Ok(())
     }
 }
@@ -63,6 +73,8 @@ impl ApiKeyConfig {
 /// Who is calling: the tenant and scopes of the presented key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Principal {
+    /// The key's name: the actor of admin writes.
+    pub name: String,
     pub tenant: String,
     pub scopes: Vec<Scope>,
 }
@@ -102,6 +114,7 @@ impl Authenticator {
                 .map(|k| KeyEntry {
                     digest: Sha256::digest(k.key.as_bytes()).into(),
                     principal: Principal {
+                        name: k.name.clone().unwrap_or_else(|| k.tenant.clone()),
                         tenant: k.tenant.clone(),
                         scopes: k.scopes.clone(),
                     },
@@ -118,6 +131,7 @@ impl Authenticator {
     pub fn authenticate(&self, authorization: Option<&[u8]>) -> Result<Principal, ApiError> {
         if self.keys.is_empty() {
             return Ok(Principal {
+                name: "anonymous".into(),
                 tenant: "default".into(),
                 scopes: vec![Scope::Inference, Scope::Batch, Scope::Admin],
             });
@@ -155,11 +169,13 @@ mod tests {
     fn auth() -> Authenticator {
         Authenticator::new(&[
             ApiKeyConfig {
+                name: None,
                 key: "sk-alpha-123".into(),
                 tenant: "alpha".into(),
                 scopes: vec![Scope::Inference],
             },
             ApiKeyConfig {
+                name: None,
                 key: "sk-ops-4567".into(),
                 tenant: "ops".into(),
                 scopes: vec![Scope::Admin],
@@ -204,6 +220,7 @@ mod tests {
     #[test]
     fn debug_never_prints_the_key() {
         let k = ApiKeyConfig {
+            name: None,
             key: "sk-secret-999".into(),
             tenant: "t".into(),
             scopes: vec![Scope::Batch],

@@ -35,7 +35,36 @@ pub struct Config {
     pub limits: LimitsConfig,
     pub engine: EngineSection,
     pub admission: AdmissionConfig,
+    pub control: ControlConfig,
     pub api_keys: Vec<ApiKeyConfig>,
+}
+
+/// The control plane: where events and read models live, and its background work.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ControlConfig {
+    /// `sqlite:…` or `postgres://…`; empty means `sqlite://<data_dir>/stoker.db`.
+    pub store_url: String,
+    /// The deployment `stoker serve` creates on first start; empty means the model id.
+    pub deployment: String,
+    /// How often the rollout controller judges gated rollouts; 0 turns it off.
+    pub rollout_controller_interval_ms: u64,
+    /// How often read models catch up with events other processes appended.
+    pub refresh_interval_ms: u64,
+    /// Request-log rows queued for the batched writer before new ones are dropped.
+    pub request_log_queue: usize,
+}
+
+impl Default for ControlConfig {
+    fn default() -> Self {
+        ControlConfig {
+            store_url: String::new(),
+            deployment: String::new(),
+            rollout_controller_interval_ms: 5000,
+            refresh_interval_ms: 1000,
+            request_log_queue: 16384,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -120,6 +149,7 @@ impl Default for Config {
             limits: LimitsConfig::default(),
             engine: EngineSection::default(),
             admission: AdmissionConfig::default(),
+            control: ControlConfig::default(),
             api_keys: Vec::new(),
         }
     }
@@ -155,7 +185,7 @@ impl Config {
     /// `STOKER_*` variables (`STOKER_CONFIG`, `STOKER_LOG`, test and bench
     /// knobs) are not configuration and must not trip `deny_unknown_fields`.
     pub fn env(prefix: &str) -> Env {
-        const KEYS: [&str; 12] = [
+        const KEYS: [&str; 13] = [
             "listen",
             "model",
             "served_model_name",
@@ -167,6 +197,7 @@ impl Config {
             "limits",
             "engine",
             "admission",
+            "control",
             "api_keys",
         ];
         Env::prefixed(prefix)
@@ -259,6 +290,24 @@ impl Config {
             enable_prefix_caching: e.enable_prefix_caching,
             threads: e.threads,
             ..Default::default()
+        }
+    }
+
+    /// The event store's URL.
+    pub fn store_url(&self) -> String {
+        if self.control.store_url.is_empty() {
+            format!("sqlite://{}", self.data_dir.join("stoker.db").display())
+        } else {
+            self.control.store_url.clone()
+        }
+    }
+
+    /// The deployment `stoker serve` creates and serves by default.
+    pub fn deployment_id(&self) -> String {
+        if self.control.deployment.is_empty() {
+            self.model_id()
+        } else {
+            self.control.deployment.clone()
         }
     }
 

@@ -10,6 +10,9 @@ use std::time::Duration;
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use stoker_controlplane::domain::{DomainError, ErrorKind};
+use stoker_controlplane::service::CpError;
+use stoker_controlplane::store::StoreError;
 use stoker_executor::{EngineError, ValidationError};
 use stoker_schemas::error::{ErrorBody, ErrorDetail};
 
@@ -67,6 +70,13 @@ pub enum ApiError {
         message: String,
         retry_after: RetryAfter,
     },
+    /// A control-plane write that contradicts the current state (or lost a race):
+    /// re-read and decide again.
+    #[error("{0}")]
+    Conflict(String),
+    /// A control-plane object that does not exist.
+    #[error("{message}")]
+    NotFound { message: String, code: &'static str },
     /// Opaque to the client; the detail only goes to the log.
     #[error("internal error")]
     Internal(String),
@@ -94,7 +104,8 @@ impl ApiError {
             | MissingField { .. }
             | Unsupported { .. }
             | ContextLengthExceeded(_) => StatusCode::BAD_REQUEST,
-            ModelNotFound(_) | RouteNotFound(_) => StatusCode::NOT_FOUND,
+            ModelNotFound(_) | RouteNotFound(_) | NotFound { .. } => StatusCode::NOT_FOUND,
+            Conflict(_) => StatusCode::CONFLICT,
             MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             InvalidApiKey(_) => StatusCode::UNAUTHORIZED,
             InsufficientScope(_) => StatusCode::FORBIDDEN,
@@ -115,6 +126,8 @@ impl ApiError {
             ContextLengthExceeded(_) => "context_length_exceeded",
             ModelNotFound(_) => "model_not_found",
             RouteNotFound(_) => "not_found",
+            NotFound { code, .. } => code,
+            Conflict(_) => "conflict",
             MethodNotAllowed(_) => "method_not_allowed",
             InvalidApiKey(_) => "invalid_api_key",
             InsufficientScope(_) => "insufficient_scope",
@@ -131,6 +144,7 @@ impl ApiError {
             StatusCode::UNAUTHORIZED => "authentication_error",
             StatusCode::FORBIDDEN => "permission_error",
             StatusCode::NOT_FOUND => "not_found_error",
+            StatusCode::CONFLICT => "conflict_error",
             StatusCode::SERVICE_UNAVAILABLE => "overloaded_error",
             StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
             s if s.is_server_error() => "server_error",
@@ -191,6 +205,51 @@ impl ApiError {
                 retry_after,
             },
             EngineError::Stopped(m) | EngineError::Internal(m) => ApiError::Internal(m),
+        }
+    }
+}
+
+/// The control plane's errors, mapped in this one place (DESIGN section 9):
+/// a refused command is 404, 409 or 400 by its kind; a lost optimistic race is
+/// 409 `conflict`; a bad audit cursor is 400; the rest is an opaque 500.
+impl From<CpError> for ApiError {
+    fn from(e: CpError) -> Self {
+        match e {
+            CpError::Domain(d) => {
+                let message = d.to_string();
+                match d.kind() {
+                    ErrorKind::NotFound => ApiError::NotFound {
+                        message,
+                        code: match d {
+                            DomainError::RevisionAbsent { .. } => "revision_absent",
+                            _ => "not_found",
+                        },
+                    },
+                    ErrorKind::Conflict => ApiError::Conflict(message),
+                    ErrorKind::Invalid => ApiError::InvalidValue {
+                        message,
+                        param: None,
+                    },
+                }
+            }
+            CpError::NotFound { .. } => ApiError::NotFound {
+                message: e.to_string(),
+                code: "not_found",
+            },
+            CpError::Store(s) => s.into(),
+            other => ApiError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Conflict { .. } => ApiError::Conflict(format!(
+                "{e}; someone else changed it first: re-read and retry"
+            )),
+            StoreError::BadCursor(_) => ApiError::invalid(e.to_string(), "cursor"),
+            other => ApiError::Internal(other.to_string()),
         }
     }
 }

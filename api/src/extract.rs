@@ -148,3 +148,64 @@ mod tests {
         assert_eq!(e.body().error.param.as_deref(), Some("messages[0].role"));
     }
 }
+
+/// A JSON body that may be absent: an empty body is `T::default()` (writes
+/// that carry only an optional reason).
+#[derive(Debug)]
+pub struct OptJson<T>(pub T);
+
+impl<T: DeserializeOwned + Default> FromRequest<AppState> for OptJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let limit = state.config.limits.max_body_bytes;
+        let bytes: Bytes = axum::body::to_bytes(req.into_body(), limit)
+            .await
+            .map_err(|_| ApiError::PayloadTooLarge { limit })?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(OptJson(T::default()));
+        }
+        parse(&bytes).map(OptJson)
+    }
+}
+
+/// Query parameters whose failures are 400 `invalid_value`.
+#[derive(Debug)]
+pub struct ApiQuery<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> axum::extract::FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<Self, ApiError> {
+        axum::extract::Query::<T>::try_from_uri(&parts.uri)
+            .map(|q| ApiQuery(q.0))
+            .map_err(|e| ApiError::InvalidValue {
+                message: format!("bad query string: {}", e.body_text()),
+                param: None,
+            })
+    }
+}
+
+/// Path parameters whose failures are 400 `invalid_value`.
+#[derive(Debug)]
+pub struct ApiPath<T>(pub T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> axum::extract::FromRequestParts<S> for ApiPath<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|p| ApiPath(p.0))
+            .map_err(|e| ApiError::InvalidValue {
+                message: format!("bad path: {}", e.body_text()),
+                param: None,
+            })
+    }
+}

@@ -5,14 +5,17 @@
 //! The binary (`main.rs`) is the composition root; this library holds
 //! everything so tests and benchmarks can run the same server in process.
 
+pub mod admin_cli;
 pub mod admission;
 pub mod auth;
 pub mod config;
+pub mod control;
 pub mod error;
 pub mod extract;
 pub mod generate;
 pub mod metrics;
 pub mod openapi;
+pub mod reqlog;
 pub mod routes;
 pub mod serve;
 pub mod sse;

@@ -1,5 +1,6 @@
 //! `stoker`: the composition root. `serve` wires the embedded default
-//! together in one process; `openapi` prints the API document.
+//! together in one process; `admin` operates a running server; `openapi`
+//! prints the API document.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -25,6 +26,8 @@ enum Command {
     Serve(ServeArgs),
     /// Print the OpenAPI document (what schemas/openapi.json holds).
     Openapi,
+    /// Operate a running server: deployments, revisions, rollouts, executors, audit.
+    Admin(stoker_api::admin_cli::AdminArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -57,6 +60,16 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Serve(args) => serve(args),
+        Command::Admin(args) => match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt.block_on(stoker_api::admin_cli::run(args)),
+            Err(e) => {
+                eprintln!("stoker: starting the runtime: {e}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }
 

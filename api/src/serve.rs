@@ -18,6 +18,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
+use crate::control;
 use crate::routes;
 use crate::state::{AppState, Phase};
 
@@ -45,13 +46,23 @@ pub async fn start(config: Config) -> anyhow::Result<Server> {
         .with_context(|| format!("binding {}", config.listen))?;
     let addr = listener.local_addr()?;
     let shutdown_timeout = Duration::from_secs(config.shutdown_timeout_secs);
+    let control = control::open(&config).await?;
+    control::spawn_background(&control, &config);
     let state = AppState::new(config);
+    state.set_control(control);
     let (drain, drain_rx) = watch::channel(false);
+    let drain = Arc::new(drain);
+    {
+        let d = drain.clone();
+        state.set_drain_hook(move || {
+            d.send_replace(true);
+        });
+    }
     let task = tokio::spawn(run(listener, state.clone(), drain_rx, shutdown_timeout));
     Ok(Server {
         addr,
         state,
-        drain: Arc::new(drain),
+        drain,
         task,
     })
 }
@@ -97,7 +108,19 @@ async fn run(
 ) -> anyhow::Result<()> {
     let loader = {
         let state = state.clone();
-        tokio::task::spawn_blocking(move || load(&state))
+        async move {
+            let st = state.clone();
+            tokio::task::spawn_blocking(move || load(&st))
+                .await
+                .context("model loader panicked")??;
+            // The control plane learns what this process serves before it is ready.
+            if let Some(c) = state.control() {
+                control::bootstrap_with_retry(&state, c).await?;
+            }
+            state.set_phase(Phase::Ready);
+            tracing::info!("ready");
+            anyhow::Ok(())
+        }
     };
     let (close_tx, close_rx) = watch::channel(false);
     let close_tx = Arc::new(close_tx);
@@ -126,7 +149,6 @@ async fn run(
         tokio::select! {
             r = &mut server => return r.context("serving HTTP"),
             r = &mut loader, if load_result.is_none() => {
-                let r = r.context("model loader panicked").and_then(|r| r);
                 if let Err(e) = &r {
                     tracing::error!(error = %format!("{e:#}"), "model loading failed");
                     state.set_phase(Phase::Failed);
@@ -174,6 +196,9 @@ async fn drain_in_flight(state: &AppState, timeout: Duration) {
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
     }
+    if let Some(c) = state.control() {
+        control::record_drained(state, c).await;
+    }
     tracing::info!("drained");
 }
 
@@ -197,7 +222,6 @@ fn load(state: &AppState) -> anyhow::Result<()> {
     state.set_phase(Phase::WarmingUp);
     let t1 = Instant::now();
     engine.warm_up().context("warm-up generation")?;
-    state.set_phase(Phase::Ready);
-    tracing::info!(warm_up_ms = t1.elapsed().as_millis() as u64, "ready");
+    tracing::info!(warm_up_ms = t1.elapsed().as_millis() as u64, "warmed up");
     Ok(())
 }

@@ -17,6 +17,7 @@ use stoker_schemas::openai::{
 
 use crate::error::ApiError;
 use crate::generate::{Running, Step};
+use crate::reqlog::LogSlot;
 use crate::state::AppState;
 
 /// Which OpenAI object the stream carries.
@@ -141,19 +142,41 @@ struct StreamState {
     chunker: Chunker,
     first: bool,
     ended: bool,
+    log: RowOnDrop,
+}
+
+/// Writes the stream's request-log row when the stream ends or is dropped
+/// (the client went away: finish reason `cancelled`).
+struct RowOnDrop {
+    slot: LogSlot,
+    app: AppState,
+}
+
+impl Drop for RowOnDrop {
+    fn drop(&mut self) {
+        if let Some(c) = self.app.control() {
+            self.slot.with_default_finish("cancelled");
+            self.slot.write(&c.log, 200);
+        }
+    }
 }
 
 /// The streaming response. Dropping the body (client gone) drops the
 /// `Running`, which cancels the sequence and frees its KV blocks.
-pub fn response(run: Running, app: AppState, kind: Kind, env: Envelope) -> Response {
+pub fn response(run: Running, app: AppState, kind: Kind, env: Envelope, slot: LogSlot) -> Response {
     let queue_ms = run.queue.as_millis() as u64;
     let chunker = Chunker {
         kind,
         env,
         include_usage: run.include_usage,
     };
+    slot.defer();
     let st = StreamState {
         run,
+        log: RowOnDrop {
+            slot,
+            app: app.clone(),
+        },
         app,
         chunker,
         first: true,
@@ -179,6 +202,7 @@ pub fn response(run: Running, app: AppState, kind: Kind, env: Envelope) -> Respo
                     s.metrics
                         .record_finished(st.run.lane, reason.as_str(), &usage, &timings);
                 }
+                st.log.slot.finished(reason.as_str(), &usage, &timings);
                 crate::generate::log_finished(&st.chunker.env.id, reason, &usage, &timings);
                 let last = match st.chunker.kind {
                     Kind::Chat => st.chunker.text(None, false, Some(reason.as_str())),
@@ -198,6 +222,7 @@ pub fn response(run: Running, app: AppState, kind: Kind, env: Envelope) -> Respo
                 if let Some(s) = st.app.served() {
                     s.metrics.record_rejected(e.code());
                 }
+                st.log.slot.failed(e.code());
                 tracing::warn!(
                     request_id = %st.chunker.env.id,
                     code = e.code(),

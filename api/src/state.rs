@@ -2,8 +2,9 @@
 //! model (set once loading finishes) and the lifecycle phase that readiness
 //! reports.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::http::{HeaderMap, HeaderValue};
@@ -13,6 +14,7 @@ use tokio::sync::watch;
 use crate::admission::{Admission, AdmissionLimits};
 use crate::auth::Authenticator;
 use crate::config::Config;
+use crate::control::Control;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 
@@ -61,7 +63,17 @@ pub struct Provenance {
 
 impl Provenance {
     pub fn new(model_id: String, sha256: String, executor: String) -> Self {
-        let revision = sha256.chars().take(12).collect::<String>();
+        let revision = default_revision_id(&sha256);
+        Self::of_revision(model_id, revision, sha256, executor)
+    }
+
+    /// The provenance of a named revision of a deployment.
+    pub fn of_revision(
+        model_id: String,
+        revision: String,
+        sha256: String,
+        executor: String,
+    ) -> Self {
         Provenance {
             model_id,
             fingerprint: format!("fp_{revision}"),
@@ -83,12 +95,20 @@ impl Provenance {
     }
 }
 
-/// The loaded model and what requests are validated against.
+/// The id a revision gets when nobody names it: the first 12 hex digits of its
+/// artifact's sha256.
+pub fn default_revision_id(sha256: &str) -> String {
+    sha256.chars().take(12).collect()
+}
+
+/// A loaded model artifact and what requests are validated against. Several
+/// revisions may share one (same file, other id); the primary is the one
+/// `stoker serve` loaded at start.
 pub struct Served {
     pub engine: Arc<Engine>,
     pub provenance: Provenance,
     pub limits: RequestLimits,
-    pub metrics: Metrics,
+    pub metrics: Arc<Metrics>,
     pub created: u64,
 }
 
@@ -98,7 +118,12 @@ pub struct Inner {
     pub admission: Arc<Admission>,
     pub model_id: String,
     phase: AtomicU8,
-    served: OnceLock<Served>,
+    served: OnceLock<Arc<Served>>,
+    /// Every loaded artifact by sha256, the primary included.
+    models: RwLock<HashMap<String, Arc<Served>>>,
+    control: OnceLock<Control>,
+    /// Starts the server's drain (set by `serve`).
+    drain_hook: OnceLock<Box<dyn Fn() + Send + Sync>>,
     /// Flips to true when in-flight requests must end now (shutdown timeout).
     hard_stop: watch::Sender<bool>,
 }
@@ -140,6 +165,9 @@ impl AppState {
             admission,
             phase: AtomicU8::new(Phase::Loading as u8),
             served: OnceLock::new(),
+            models: RwLock::new(HashMap::new()),
+            control: OnceLock::new(),
+            drain_hook: OnceLock::new(),
             hard_stop,
         }))
     }
@@ -161,8 +189,9 @@ impl AppState {
             });
     }
 
-    /// Installs the loaded engine; readiness still waits for warm-up.
-    pub fn install(&self, engine: Arc<Engine>) {
+    /// Installs a loaded engine; the first becomes the primary. Readiness still
+    /// waits for warm-up.
+    pub fn install(&self, engine: Arc<Engine>) -> Arc<Served> {
         let info = engine.info().clone();
         let mut limits = engine.model_limits();
         // A request must fit the KV cache as a whole: the served context is
@@ -190,23 +219,75 @@ impl AppState {
             info.identity.sha256.clone(),
             self.config.executor_id.clone(),
         );
-        let metrics = Metrics::new(&self.model_id, &provenance.revision);
-        let _ = self.served.set(Served {
+        // One registry: a second artifact's requests count under the primary's labels.
+        let metrics = match self.served.get() {
+            Some(p) => p.metrics.clone(),
+            None => Arc::new(Metrics::new(&self.model_id, &provenance.revision)),
+        };
+        let sha = provenance.sha256.clone();
+        let served = Arc::new(Served {
             engine,
             provenance,
             limits,
             metrics,
             created: unix_now(),
         });
+        let _ = self.served.set(served.clone());
+        self.models
+            .write()
+            .expect("models lock")
+            .entry(sha)
+            .or_insert(served)
+            .clone()
     }
 
+    /// The primary model, once loaded.
     pub fn served(&self) -> Option<&Served> {
-        self.served.get()
+        self.served.get().map(|s| s.as_ref())
+    }
+
+    /// The loaded artifact with this sha256, if any.
+    pub fn model_by_sha(&self, sha256: &str) -> Option<Arc<Served>> {
+        self.models
+            .read()
+            .expect("models lock")
+            .get(&sha256.to_ascii_lowercase())
+            .cloned()
+    }
+
+    /// Every loaded artifact.
+    pub fn loaded_models(&self) -> Vec<Arc<Served>> {
+        self.models
+            .read()
+            .expect("models lock")
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Sets the control plane, once, at start.
+    pub fn set_control(&self, c: Control) {
+        let _ = self.control.set(c);
+    }
+
+    pub fn control(&self) -> Option<&Control> {
+        self.control.get()
+    }
+
+    pub fn set_drain_hook(&self, f: impl Fn() + Send + Sync + 'static) {
+        let _ = self.drain_hook.set(Box::new(f));
+    }
+
+    /// Starts draining this server, as SIGTERM does.
+    pub fn request_drain(&self) {
+        if let Some(f) = self.drain_hook.get() {
+            f();
+        }
     }
 
     /// The served model if the server takes inference now, else `not_ready`.
     pub fn ready(&self) -> Result<&Served, ApiError> {
-        match (self.phase(), self.served.get()) {
+        match (self.phase(), self.served()) {
             (Phase::Ready, Some(s)) => Ok(s),
             (p, _) => Err(ApiError::NotReady {
                 message: format!("the server is not ready ({})", p.as_str()),

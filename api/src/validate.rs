@@ -14,8 +14,8 @@ use stoker_schemas::openai::{
     ChatCompletionRequest, CompletionRequest, MessageContent, PromptSpec, StopSpec,
 };
 
+use crate::control::Target;
 use crate::error::ApiError;
-use crate::state::Served;
 
 /// Longest `user` value accepted.
 pub const MAX_USER_BYTES: usize = 256;
@@ -45,7 +45,6 @@ impl Prepared {
 
 /// The sampling fields chat and completions share.
 struct Common<'a> {
-    model: &'a str,
     stream: Option<bool>,
     include_usage: Option<bool>,
     temperature: Option<f64>,
@@ -60,16 +59,7 @@ struct Common<'a> {
     logit_bias: Option<&'a Value>,
 }
 
-fn check_model(model: &str, served: &Served) -> Result<(), ApiError> {
-    let p = &served.provenance;
-    if model == p.model_id || model == p.revision || model == p.sha256 {
-        Ok(())
-    } else {
-        Err(ApiError::ModelNotFound(truncate(model, 128)))
-    }
-}
-
-fn truncate(s: &str, max: usize) -> String {
+pub(crate) fn truncate(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_string();
     }
@@ -80,8 +70,7 @@ fn truncate(s: &str, max: usize) -> String {
     format!("{}...", &s[..end])
 }
 
-fn common_params(c: &Common<'_>, served: &Served) -> Result<SamplingParams, ApiError> {
-    check_model(c.model, served)?;
+fn common_params(c: &Common<'_>) -> Result<SamplingParams, ApiError> {
     match c.n {
         None | Some(1) => {}
         Some(n) if n < 1 => return Err(ApiError::invalid("`n` must be at least 1", "n")),
@@ -164,9 +153,9 @@ fn finish(
     stream: bool,
     include_usage: Option<bool>,
     tenant: &str,
-    served: &Served,
+    t: &Target,
 ) -> Result<Prepared, ApiError> {
-    let l = &served.limits;
+    let l = &t.limits;
     params.max_tokens = match requested_max.or(default_max) {
         Some(n) => n,
         // Like vLLM: fill the context, within the deployment's output cap.
@@ -220,13 +209,8 @@ fn template_error(e: TemplateError) -> ApiError {
     }
 }
 
-pub fn chat(
-    req: ChatCompletionRequest,
-    tenant: &str,
-    served: &Served,
-) -> Result<Prepared, ApiError> {
+pub fn chat(req: ChatCompletionRequest, tenant: &str, t: &Target) -> Result<Prepared, ApiError> {
     let c = Common {
-        model: &req.model,
         stream: req.stream,
         include_usage: req.stream_options.as_ref().and_then(|o| o.include_usage),
         temperature: req.temperature,
@@ -240,7 +224,7 @@ pub fn chat(
         frequency_penalty: req.frequency_penalty,
         logit_bias: req.logit_bias.as_ref(),
     };
-    let params = common_params(&c, served)?;
+    let params = common_params(&c)?;
     let not_null = |v: &Option<Value>| v.as_ref().is_some_and(|v| !v.is_null());
     if not_null(&req.tools)
         && req
@@ -343,12 +327,14 @@ pub fn chat(
         };
         messages.push(ChatMessage::new(role, content));
     }
-    let text = served
+    let text = t
+        .served
         .engine
         .chat_template()
         .render(&messages, true)
         .map_err(template_error)?;
-    let prompt = served
+    let prompt = t
+        .served
         .engine
         .tokenizer()
         .encode(&text)
@@ -365,17 +351,12 @@ pub fn chat(
         c.stream.unwrap_or(false),
         c.include_usage,
         tenant,
-        served,
+        t,
     )
 }
 
-pub fn completion(
-    req: CompletionRequest,
-    tenant: &str,
-    served: &Served,
-) -> Result<Prepared, ApiError> {
+pub fn completion(req: CompletionRequest, tenant: &str, t: &Target) -> Result<Prepared, ApiError> {
     let c = Common {
-        model: &req.model,
         stream: req.stream,
         include_usage: req.stream_options.as_ref().and_then(|o| o.include_usage),
         temperature: req.temperature,
@@ -389,7 +370,7 @@ pub fn completion(
         frequency_penalty: req.frequency_penalty,
         logit_bias: req.logit_bias.as_ref(),
     };
-    let params = common_params(&c, served)?;
+    let params = common_params(&c)?;
     if req.best_of.is_some_and(|b| b > 1) {
         return Err(ApiError::unsupported("best_of", "best_of > 1"));
     }
@@ -402,16 +383,16 @@ pub fn completion(
     if req.logprobs.is_some() {
         return Err(ApiError::unsupported("logprobs", "log probabilities"));
     }
-    let tok = served.engine.tokenizer();
+    let tok = t.served.engine.tokenizer();
     let encode = |t: &str| tok.encode(t).map_err(|e| ApiError::Internal(e.to_string()));
     let ids = |v: &[i64]| -> Result<Vec<u32>, ApiError> {
         v.iter()
             .map(|&id| {
-                if id < 0 || id as usize >= served.limits.vocab_size {
+                if id < 0 || id as usize >= t.limits.vocab_size {
                     Err(ApiError::invalid(
                         format!(
                             "token id {id} is outside the vocabulary of {} tokens",
-                            served.limits.vocab_size
+                            t.limits.vocab_size
                         ),
                         "prompt",
                     ))
@@ -444,7 +425,7 @@ pub fn completion(
         c.stream.unwrap_or(false),
         c.include_usage,
         tenant,
-        served,
+        t,
     )
 }
 

@@ -42,7 +42,12 @@ fn config() -> Config {
     let mut c = Config::default();
     c.listen = "127.0.0.1:0".parse().unwrap();
     c.model = root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    c.data_dir = std::env::temp_dir().join(format!("stoker-http-test-{}", std::process::id()));
+    // Each server its own store: they run side by side in this process.
+    c.data_dir = std::env::temp_dir().join(format!(
+        "stoker-http-test-{}-{}",
+        std::process::id(),
+        uuid::Uuid::new_v4().simple()
+    ));
     c.engine.kv_cache_mib = 128;
     c.engine.threads = 2;
     c
@@ -610,11 +615,13 @@ fn api_keys_and_scopes() {
     let mut c = config();
     c.api_keys = vec![
         ApiKeyConfig {
+            name: None,
             key: "sk-infer-0001".into(),
             tenant: "acme".into(),
             scopes: vec![Scope::Inference],
         },
         ApiKeyConfig {
+            name: None,
             key: "sk-batch-0002".into(),
             tenant: "acme".into(),
             scopes: vec![Scope::Batch],

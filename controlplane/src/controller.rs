@@ -46,10 +46,7 @@ pub fn violations(g: &SloGates, f: &RevisionFigures) -> Vec<String> {
     if let Some(limit) = g.max_error_rate
         && f.error_rate > limit
     {
-        out.push(format!(
-            "error_rate {:.4} > gate {limit:.4}",
-            f.error_rate
-        ));
+        out.push(format!("error_rate {:.4} > gate {limit:.4}", f.error_rate));
     }
     if let Some(limit) = g.max_overload_rate
         && f.overload_rate > limit

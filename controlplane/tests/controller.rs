@@ -46,9 +46,15 @@ async fn setup(fx: &Fixture) -> (ControlPlane, RequestLog) {
     cp.create_deployment("d1", limits(), &m).await.unwrap();
     for (rev, c) in [("a", "a"), ("b", "b")] {
         let sha = c.repeat(64);
-        cp.register_revision(spec(rev, &sha), ArtifactCheck::Verified { sha256: sha.clone() }, &m)
-            .await
-            .unwrap();
+        cp.register_revision(
+            spec(rev, &sha),
+            ArtifactCheck::Verified {
+                sha256: sha.clone(),
+            },
+            &m,
+        )
+        .await
+        .unwrap();
     }
     let log = RequestLog::spawn(fx.store.db(), RequestLogConfig::default());
     (cp, log)
@@ -139,7 +145,11 @@ async fn advances_on_good_figures_then_rolls_back_when_a_gate_breaks() {
     assert_eq!(r.percent, 0);
 
     // The audit trail says who and why.
-    let events = fx.store.read_all(stoker_controlplane::store::Position::START, 100).await.unwrap();
+    let events = fx
+        .store
+        .read_all(stoker_controlplane::store::Position::START, 100)
+        .await
+        .unwrap();
     let last = events.last().unwrap();
     assert_eq!(last.event_type, "RolloutRolledBack");
     assert_eq!(last.actor.as_str(), CONTROLLER_ACTOR);
@@ -180,8 +190,15 @@ async fn completes_at_full_traffic_and_error_gate_counts() {
     log.flush().await.unwrap();
     let d = tick(&cp, &log).await.unwrap();
     assert_eq!(d[0].action, "roll_back");
-    assert!(d[0].reason.contains("error_rate 0.2000 > gate 0.1000"), "{}", d[0].reason);
-    assert_eq!(cp.rollout(&ro2).await.unwrap().status, RolloutStatus::RolledBack);
+    assert!(
+        d[0].reason.contains("error_rate 0.2000 > gate 0.1000"),
+        "{}",
+        d[0].reason
+    );
+    assert_eq!(
+        cp.rollout(&ro2).await.unwrap().status,
+        RolloutStatus::RolledBack
+    );
 }
 
 #[tokio::test]

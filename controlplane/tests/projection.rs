@@ -55,26 +55,44 @@ async fn history(cp: &ControlPlane) -> String {
     cp.create_deployment("d2", limits(), &alice).await.unwrap();
     for (rev, c) in [("a", 'a'), ("b", 'b')] {
         let s = sha(c);
-        cp.register_revision(spec("d1", rev, &s), ArtifactCheck::Verified { sha256: s.clone() }, &alice)
-            .await
-            .unwrap();
+        cp.register_revision(
+            spec("d1", rev, &s),
+            ArtifactCheck::Verified { sha256: s.clone() },
+            &alice,
+        )
+        .await
+        .unwrap();
     }
     let (r1, _) = cp
         .start_rollout("d1", "b", vec![5, 25, 50, 100], gates(), &alice)
         .await
         .unwrap();
-    cp.rollout_action(&r1, RolloutAction::Advance(None), &alice).await.unwrap();
-    cp.rollout_action(&r1, RolloutAction::Pause, &alice).await.unwrap();
-    cp.rollout_action(&r1, RolloutAction::Resume, &alice).await.unwrap();
-    cp.rollout_action(&r1, RolloutAction::RollBack(None), &meta("bob", Some("errors up".into())))
+    cp.rollout_action(&r1, RolloutAction::Advance(None), &alice)
         .await
         .unwrap();
+    cp.rollout_action(&r1, RolloutAction::Pause, &alice)
+        .await
+        .unwrap();
+    cp.rollout_action(&r1, RolloutAction::Resume, &alice)
+        .await
+        .unwrap();
+    cp.rollout_action(
+        &r1,
+        RolloutAction::RollBack(None),
+        &meta("bob", Some("errors up".into())),
+    )
+    .await
+    .unwrap();
     let (r2, _) = cp
         .start_rollout("d1", "b", vec![50, 100], gates(), &alice)
         .await
         .unwrap();
-    cp.rollout_action(&r2, RolloutAction::Advance(None), &alice).await.unwrap();
-    cp.rollout_action(&r2, RolloutAction::Complete, &alice).await.unwrap();
+    cp.rollout_action(&r2, RolloutAction::Advance(None), &alice)
+        .await
+        .unwrap();
+    cp.rollout_action(&r2, RolloutAction::Complete, &alice)
+        .await
+        .unwrap();
     let env = CapacityEnvelope {
         concurrency: 8,
         active_tokens: 4096,
@@ -84,17 +102,25 @@ async fn history(cp: &ControlPlane) -> String {
         prefill_tok_s: Some(2000.0),
         decode_tok_s: None,
     };
-    cp.record_capacity_profile("d1", "b", "chat", env, &alice).await.unwrap();
+    cp.record_capacity_profile("d1", "b", "chat", env, &alice)
+        .await
+        .unwrap();
     let reg = ExecutorCommand::Register {
         executor_id: "x1".into(),
         deployment_id: "d1".into(),
         revision_id: "b".into(),
     };
     cp.executor_command("x1", reg, &alice).await.unwrap();
-    cp.executor_command("x1", ExecutorCommand::Drain, &meta("bob", Some("node upgrade".into())))
+    cp.executor_command(
+        "x1",
+        ExecutorCommand::Drain,
+        &meta("bob", Some("node upgrade".into())),
+    )
+    .await
+    .unwrap();
+    cp.executor_command("x1", ExecutorCommand::MarkDrained, &alice)
         .await
         .unwrap();
-    cp.executor_command("x1", ExecutorCommand::MarkDrained, &alice).await.unwrap();
     cp.retire_deployment("d2", &alice).await.unwrap();
     r1
 }
@@ -172,25 +198,39 @@ async fn refused_commands_change_no_view() {
     let alice = meta("alice", None);
     cp.create_deployment("d1", limits(), &alice).await.unwrap();
     let s = sha('a');
-    cp.register_revision(spec("d1", "a", &s), ArtifactCheck::Verified { sha256: s.clone() }, &alice)
-        .await
-        .unwrap();
+    cp.register_revision(
+        spec("d1", "a", &s),
+        ArtifactCheck::Verified { sha256: s.clone() },
+        &alice,
+    )
+    .await
+    .unwrap();
     let before = cp.projector().stored_documents().await.unwrap();
     // Rollout to an unregistered revision.
-    assert!(cp
-        .start_rollout("d1", "nope", vec![100], gates(), &alice)
-        .await
-        .is_err());
+    assert!(
+        cp.start_rollout("d1", "nope", vec![100], gates(), &alice)
+            .await
+            .is_err()
+    );
     // Absent artifact: a permanent refusal.
-    assert!(cp
-        .register_revision(spec("d1", "z", &s), ArtifactCheck::Absent, &alice)
-        .await
-        .is_err());
+    assert!(
+        cp.register_revision(spec("d1", "z", &s), ArtifactCheck::Absent, &alice)
+            .await
+            .is_err()
+    );
     // Unknown rollout id.
-    assert!(cp
-        .rollout_action("ro_missing", RolloutAction::Pause, &alice)
-        .await
-        .is_err());
+    assert!(
+        cp.rollout_action("ro_missing", RolloutAction::Pause, &alice)
+            .await
+            .is_err()
+    );
     assert_eq!(cp.projector().stored_documents().await.unwrap(), before);
-    assert_eq!(fx.store.read_all(stoker_controlplane::store::Position::START, 100).await.unwrap().len(), 3);
+    assert_eq!(
+        fx.store
+            .read_all(stoker_controlplane::store::Position::START, 100)
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
 }

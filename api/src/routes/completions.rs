@@ -1,5 +1,6 @@
 //! `POST /v1/chat/completions` and `POST /v1/completions`.
 
+use axum::Extension;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
@@ -9,9 +10,11 @@ use stoker_schemas::openai::{
 };
 
 use crate::auth::{Principal, Scope};
+use crate::control::{self, Target};
 use crate::error::ApiError;
 use crate::extract::ApiJson;
 use crate::generate;
+use crate::reqlog::LogSlot;
 use crate::sse::{self, Envelope, Kind};
 use crate::state::{AppState, unix_now};
 use crate::validate::{self, Prepared};
@@ -40,15 +43,31 @@ use crate::validate::{self, Prepared};
 )]
 pub async fn chat_completions(
     State(state): State<AppState>,
+    Extension(slot): Extension<LogSlot>,
     principal: Principal,
     headers: HeaderMap,
     ApiJson(req): ApiJson<ChatCompletionRequest>,
 ) -> Result<Response, ApiError> {
     principal.require(Scope::Inference)?;
-    let served = state.ready()?;
+    slot.tenant(&principal.tenant);
+    let target = route(&state, &slot, &req.model, req.user.as_deref()).await?;
     let deadline = validate::deadline(&headers)?;
-    let prepared = validate::chat(req, &principal.tenant, served)?;
-    run(state.clone(), prepared, deadline, Kind::Chat).await
+    let prepared = validate::chat(req, &principal.tenant, &target)?;
+    run(state.clone(), target, slot, prepared, deadline, Kind::Chat).await
+}
+
+/// Picks the revision by the deployment's rollout, keyed by `user` (or the
+/// request id when absent) so one user stays on one revision.
+async fn route(
+    state: &AppState,
+    slot: &LogSlot,
+    model: &str,
+    user: Option<&str>,
+) -> Result<Target, ApiError> {
+    let key = user.unwrap_or(&slot.request_id);
+    let target = control::target(state, model, key).await?;
+    slot.routed(&target);
+    Ok(target)
 }
 
 /// Create a text completion (streaming with `stream: true`).
@@ -74,25 +93,39 @@ pub async fn chat_completions(
 )]
 pub async fn completions(
     State(state): State<AppState>,
+    Extension(slot): Extension<LogSlot>,
     principal: Principal,
     headers: HeaderMap,
     ApiJson(req): ApiJson<CompletionRequest>,
 ) -> Result<Response, ApiError> {
     principal.require(Scope::Inference)?;
-    let served = state.ready()?;
+    slot.tenant(&principal.tenant);
+    let target = route(&state, &slot, &req.model, req.user.as_deref()).await?;
     let deadline = validate::deadline(&headers)?;
-    let prepared = validate::completion(req, &principal.tenant, served)?;
-    run(state.clone(), prepared, deadline, Kind::Completion).await
+    let prepared = validate::completion(req, &principal.tenant, &target)?;
+    run(
+        state.clone(),
+        target,
+        slot,
+        prepared,
+        deadline,
+        Kind::Completion,
+    )
+    .await
 }
 
 async fn run(
     state: AppState,
+    target: Target,
+    slot: LogSlot,
     prepared: Prepared,
     deadline: Option<std::time::Duration>,
     kind: Kind,
 ) -> Result<Response, ApiError> {
-    let served = state.ready()?;
+    let served = &target.served;
+    slot.admitted(prepared.request.lane(), prepared.prompt_tokens());
     let running = generate::start(&state, served, prepared, deadline).await?;
+    slot.started(running.queue);
     let prefix = match kind {
         Kind::Chat => "chatcmpl-",
         Kind::Completion => "cmpl-",
@@ -100,14 +133,17 @@ async fn run(
     let env = Envelope {
         id: format!("{prefix}{}", uuid::Uuid::new_v4().simple()),
         created: unix_now(),
-        model: served.provenance.model_id.clone(),
-        fingerprint: served.provenance.fingerprint.clone(),
+        model: target.provenance.model_id.clone(),
+        fingerprint: target.provenance.fingerprint.clone(),
     };
     if running.stream {
-        return Ok(sse::response(running, state.clone(), kind, env));
+        let mut resp = sse::response(running, state.clone(), kind, env, slot);
+        resp.extensions_mut().insert(target.provenance);
+        return Ok(resp);
     }
     let queue_ms = running.queue.as_millis() as u64;
     let c = generate::collect(&env.id, running, &state, served).await?;
+    slot.finished(c.reason.as_str(), &c.usage, &c.timings);
     let usage = sse::usage_of(&c.usage);
     let reason = c.reason.as_str().to_string();
     let mut resp = match kind {
@@ -147,5 +183,6 @@ async fn run(
     };
     resp.headers_mut()
         .insert("x-stoker-queue-ms", HeaderValue::from(queue_ms));
+    resp.extensions_mut().insert(target.provenance);
     Ok(resp)
 }

@@ -1,6 +1,7 @@
 //! The router: OpenAI routes, health, metrics, and the layers every response
 //! passes through (provenance headers, rejection counting, JSON 404/405).
 
+pub mod admin;
 pub mod completions;
 pub mod health;
 pub mod models;
@@ -19,7 +20,8 @@ use axum::routing::{get, post};
 
 use crate::auth::Principal;
 use crate::error::{ApiError, RejectedCode};
-use crate::state::AppState;
+use crate::reqlog::LogSlot;
+use crate::state::{AppState, Provenance};
 
 pub fn router(state: AppState) -> Router {
     Router::new()
@@ -30,6 +32,7 @@ pub fn router(state: AppState) -> Router {
         .route("/health/live", get(live))
         .route("/health/ready", get(ready))
         .route("/metrics", get(metrics))
+        .merge(admin::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), edge))
@@ -50,10 +53,30 @@ async fn method_not_allowed(method: Method) -> ApiError {
     ApiError::MethodNotAllowed(method.to_string())
 }
 
-/// Adds provenance headers and a request id to every response, and counts
-/// error responses by code.
-async fn edge(State(state): State<AppState>, req: Request, next: Next) -> Response {
+/// Gives every request an id, opens the request-log row of generation
+/// requests, adds provenance headers to every response, and counts error
+/// responses by code.
+async fn edge(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    let request_id = uuid::Uuid::new_v4().simple().to_string();
+    let endpoint = match (req.method(), req.uri().path()) {
+        (&Method::POST, "/v1/chat/completions") => Some("/v1/chat/completions"),
+        (&Method::POST, "/v1/completions") => Some("/v1/completions"),
+        _ => None,
+    };
+    let slot = endpoint.map(|e| LogSlot::new(request_id.clone(), e));
+    if let Some(s) = &slot {
+        req.extensions_mut().insert(s.clone());
+    }
+    req.extensions_mut().insert(RequestId(request_id.clone()));
     let mut resp = next.run(req).await;
+    if let (Some(slot), Some(c)) = (&slot, state.control()) {
+        if let Some(code) = resp.extensions().get::<RejectedCode>() {
+            slot.failed(code.0);
+        }
+        if !slot.is_deferred() {
+            slot.write(&c.log, resp.status().as_u16());
+        }
+    }
     let served = state.served();
     if let Some(code) = resp.extensions().get::<RejectedCode>().copied() {
         tracing::debug!(
@@ -65,17 +88,22 @@ async fn edge(State(state): State<AppState>, req: Request, next: Next) -> Respon
             s.metrics.record_rejected(code.0);
         }
     }
-    if let Some(s) = served {
+    // A routed response carries its revision's provenance; others the primary's.
+    if let Some(p) = resp.extensions().get::<Provenance>().cloned() {
+        p.apply(resp.headers_mut());
+    } else if let Some(s) = served {
         s.provenance.apply(resp.headers_mut());
     }
     let h = resp.headers_mut();
-    if !h.contains_key("x-request-id")
-        && let Ok(v) = HeaderValue::from_str(&uuid::Uuid::new_v4().simple().to_string())
-    {
+    if let Ok(v) = HeaderValue::from_str(&request_id) {
         h.insert("x-request-id", v);
     }
     resp
 }
+
+/// The id of this request, as sent back in `x-request-id`.
+#[derive(Clone, Debug)]
+pub struct RequestId(pub String);
 
 impl FromRequestParts<AppState> for Principal {
     type Rejection = ApiError;

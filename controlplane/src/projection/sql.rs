@@ -46,9 +46,11 @@ pub(super) async fn load(db: &Db) -> Result<Views, ProjectionError> {
 pub(super) async fn documents(db: &Db) -> Result<Vec<(String, String, Value)>, ProjectionError> {
     const Q: &str = "SELECT kind, id, doc FROM read_models ORDER BY kind, id";
     Ok(match db {
-        Db::Postgres(p) => sqlx::query_as::<_, (String, String, Value)>(Q)
-            .fetch_all(p)
-            .await?,
+        Db::Postgres(p) => {
+            sqlx::query_as::<_, (String, String, Value)>(Q)
+                .fetch_all(p)
+                .await?
+        }
         Db::Sqlite(p) => {
             let rows: Vec<(String, String, String)> = sqlx::query_as(Q).fetch_all(p).await?;
             rows.into_iter()
@@ -136,7 +138,12 @@ async fn write(
 pub(super) async fn replace_all(db: &Db, views: &Views) -> Result<u64, ProjectionError> {
     let mut all: BTreeSet<Touched> = BTreeSet::new();
     use super::views::kind;
-    all.extend(views.deployments.keys().map(|k| (kind::DEPLOYMENT, k.clone())));
+    all.extend(
+        views
+            .deployments
+            .keys()
+            .map(|k| (kind::DEPLOYMENT, k.clone())),
+    );
     all.extend(views.rollouts.keys().map(|k| (kind::ROLLOUT, k.clone())));
     all.extend(views.revisions.keys().map(|k| (kind::REVISION, k.clone())));
     all.extend(

@@ -216,17 +216,18 @@ impl Views {
         };
         d.updated_at = at;
         d.version = ev.seq;
-        let mut rollout_change = |rollouts: &mut BTreeMap<String, RolloutView>,
-                                  id: &str,
-                                  f: &mut dyn FnMut(&mut RolloutView)| {
-            if let Some(r) = rollouts.get_mut(id) {
-                f(r);
-                r.updated_at = at;
-                r.updated_by = by.clone();
-                r.last_reason = ev.reason.clone();
-                touched.push((kind::ROLLOUT, id.to_owned()));
-            }
-        };
+        let mut rollout_change =
+            |rollouts: &mut BTreeMap<String, RolloutView>,
+             id: &str,
+             f: &mut dyn FnMut(&mut RolloutView)| {
+                if let Some(r) = rollouts.get_mut(id) {
+                    f(r);
+                    r.updated_at = at;
+                    r.updated_by = by.clone();
+                    r.last_reason = ev.reason.clone();
+                    touched.push((kind::ROLLOUT, id.to_owned()));
+                }
+            };
         match e {
             DeploymentEvent::DeploymentCreated(_) => {}
             DeploymentEvent::DeploymentLimitsChanged(c) => d.limits = c.limits,

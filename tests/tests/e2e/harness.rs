@@ -103,12 +103,20 @@ pub struct ServerOptions {
     pub config: String,
     /// Extra environment variables for the server process (e.g. `RUST_LOG`).
     pub env: Vec<(String, String)>,
+    /// A data dir that outlives the server (restart tests); default: one inside
+    /// the server's own temp folder.
+    pub data_dir: Option<PathBuf>,
 }
 
 impl ServerOptions {
     pub fn config(mut self, toml: &str) -> Self {
         self.config.push_str(toml);
         self.config.push('\n');
+        self
+    }
+
+    pub fn data_dir(mut self, dir: &Path) -> Self {
+        self.data_dir = Some(dir.to_path_buf());
         self
     }
 
@@ -135,7 +143,7 @@ impl Server {
         let bin = stoker_bin();
         let model = model_path();
         let dir = fresh_dir(name);
-        let data_dir = dir.join("data");
+        let data_dir = opts.data_dir.clone().unwrap_or_else(|| dir.join("data"));
         let config_path = dir.join("stoker.toml");
         std::fs::write(&config_path, &opts.config).expect("write config");
 

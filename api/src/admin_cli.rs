@@ -1,0 +1,622 @@
+//! `stoker admin …`: the admin API from the command line. Each command is one
+//! HTTP call to `/admin/v1/*`; the output is a table, or the server's JSON with
+//! `--json`. The server records the API key's name as the actor.
+
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+
+#[derive(Args, Debug)]
+pub struct AdminArgs {
+    /// Base URL of the stoker server.
+    #[arg(long, env = "STOKER_URL", default_value = "http://127.0.0.1:8080")]
+    pub url: String,
+    /// API key with the admin scope.
+    #[arg(long, env = "STOKER_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Print the server's JSON instead of a table.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: AdminCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AdminCommand {
+    /// Deployments: list, show, create, retire, set the serving revision, history.
+    #[command(subcommand)]
+    Deployments(DeploymentCmd),
+    /// Revisions of a deployment: list, register.
+    #[command(subcommand)]
+    Revisions(RevisionCmd),
+    /// Rollouts: list, show, start, advance, pause, resume, rollback, complete.
+    #[command(subcommand)]
+    Rollouts(RolloutCmd),
+    /// Capacity profiles: list.
+    Profiles {
+        #[arg(long)]
+        deployment: Option<String>,
+    },
+    /// Executors: list, drain.
+    #[command(subcommand)]
+    Executors(ExecutorCmd),
+    /// The audit log in global order.
+    Audit(AuditArgs),
+    /// Which revision, executor and timings served one request.
+    Request { id: String },
+    /// Rebuild every read model from the events.
+    RebuildProjections,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DeploymentCmd {
+    List,
+    Get {
+        id: String,
+    },
+    Create {
+        id: String,
+        /// A JSON file with the limits; default: what the served model allows.
+        #[arg(long)]
+        limits_file: Option<std::path::PathBuf>,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    Retire {
+        id: String,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    SetRevision {
+        id: String,
+        revision: String,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    History {
+        id: String,
+        #[arg(long)]
+        limit: Option<u32>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RevisionCmd {
+    List {
+        deployment: String,
+    },
+    Register {
+        deployment: String,
+        #[arg(long)]
+        model_uri: String,
+        #[arg(long)]
+        sha256: String,
+        /// Revision id; default: the first 12 hex digits of the sha256.
+        #[arg(long)]
+        id: Option<String>,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RolloutCmd {
+    List {
+        #[arg(long)]
+        deployment: Option<String>,
+    },
+    Get {
+        id: String,
+    },
+    Start {
+        deployment: String,
+        #[arg(long)]
+        to: String,
+        /// Comma-separated percents, ending at 100.
+        #[arg(long, value_delimiter = ',', default_value = "5,25,50,100")]
+        steps: Vec<u8>,
+        #[arg(long)]
+        ttft_p99_ms: Option<f64>,
+        #[arg(long)]
+        max_error_rate: Option<f64>,
+        #[arg(long)]
+        max_overload_rate: Option<f64>,
+        #[arg(long, default_value_t = 20)]
+        min_requests: u32,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    Advance {
+        id: String,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    Pause {
+        id: String,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    Resume {
+        id: String,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    Rollback {
+        id: String,
+        #[arg(long)]
+        reason: String,
+    },
+    Complete {
+        id: String,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ExecutorCmd {
+    List,
+    Drain {
+        id: String,
+        #[arg(long)]
+        reason: String,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct AuditArgs {
+    #[arg(long)]
+    deployment: Option<String>,
+    #[arg(long = "type")]
+    event_type: Option<String>,
+    #[arg(long)]
+    actor: Option<String>,
+    /// RFC 3339, inclusive.
+    #[arg(long)]
+    from: Option<String>,
+    /// RFC 3339, exclusive.
+    #[arg(long)]
+    to: Option<String>,
+    #[arg(long)]
+    cursor: Option<String>,
+    #[arg(long)]
+    limit: Option<u32>,
+}
+
+enum Call {
+    Get(String, Vec<(&'static str, String)>),
+    Post(String, Value),
+    Put(String, Value),
+}
+
+fn reason_body(reason: Option<String>) -> Value {
+    json!({ "reason": reason })
+}
+
+fn plan(cmd: AdminCommand) -> Result<(Call, Shape), String> {
+    use AdminCommand as A;
+    let q = |pairs: Vec<(&'static str, Option<String>)>| {
+        pairs
+            .into_iter()
+            .filter_map(|(k, v)| v.map(|v| (k, v)))
+            .collect::<Vec<_>>()
+    };
+    Ok(match cmd {
+        A::Deployments(d) => match d {
+            DeploymentCmd::List => (
+                Call::Get("/admin/v1/deployments".into(), vec![]),
+                Shape::List(DEPLOYMENT_COLS),
+            ),
+            DeploymentCmd::Get { id } => (
+                Call::Get(format!("/admin/v1/deployments/{}", enc(&id)), vec![]),
+                Shape::One(DEPLOYMENT_COLS),
+            ),
+            DeploymentCmd::Create {
+                id,
+                limits_file,
+                reason,
+            } => {
+                let limits = match limits_file {
+                    Some(f) => {
+                        let text = std::fs::read_to_string(&f)
+                            .map_err(|e| format!("reading {}: {e}", f.display()))?;
+                        Some(
+                            serde_json::from_str::<Value>(&text)
+                                .map_err(|e| format!("{} is not JSON: {e}", f.display()))?,
+                        )
+                    }
+                    None => None,
+                };
+                (
+                    Call::Post(
+                        "/admin/v1/deployments".into(),
+                        json!({"id": id, "limits": limits, "reason": reason}),
+                    ),
+                    Shape::Written(DEPLOYMENT_COLS),
+                )
+            }
+            DeploymentCmd::Retire { id, reason } => (
+                Call::Post(
+                    format!("/admin/v1/deployments/{}/retire", enc(&id)),
+                    reason_body(reason),
+                ),
+                Shape::Written(DEPLOYMENT_COLS),
+            ),
+            DeploymentCmd::SetRevision {
+                id,
+                revision,
+                reason,
+            } => (
+                Call::Put(
+                    format!("/admin/v1/deployments/{}/serving-revision", enc(&id)),
+                    json!({"revision_id": revision, "reason": reason}),
+                ),
+                Shape::Written(DEPLOYMENT_COLS),
+            ),
+            DeploymentCmd::History { id, limit } => (
+                Call::Get(
+                    format!("/admin/v1/deployments/{}/history", enc(&id)),
+                    q(vec![("limit", limit.map(|l| l.to_string()))]),
+                ),
+                Shape::List(EVENT_COLS),
+            ),
+        },
+        A::Revisions(r) => match r {
+            RevisionCmd::List { deployment } => (
+                Call::Get(
+                    format!("/admin/v1/deployments/{}/revisions", enc(&deployment)),
+                    vec![],
+                ),
+                Shape::List(REVISION_COLS),
+            ),
+            RevisionCmd::Register {
+                deployment,
+                model_uri,
+                sha256,
+                id,
+                reason,
+            } => (
+                Call::Post(
+                    format!("/admin/v1/deployments/{}/revisions", enc(&deployment)),
+                    json!({"revision_id": id, "model_uri": model_uri,
+                           "model_sha256": sha256, "reason": reason}),
+                ),
+                Shape::Written(REVISION_COLS),
+            ),
+        },
+        A::Rollouts(r) => match r {
+            RolloutCmd::List { deployment } => (
+                Call::Get(
+                    "/admin/v1/rollouts".into(),
+                    q(vec![("deployment", deployment)]),
+                ),
+                Shape::List(ROLLOUT_COLS),
+            ),
+            RolloutCmd::Get { id } => (
+                Call::Get(format!("/admin/v1/rollouts/{}", enc(&id)), vec![]),
+                Shape::One(ROLLOUT_COLS),
+            ),
+            RolloutCmd::Start {
+                deployment,
+                to,
+                steps,
+                ttft_p99_ms,
+                max_error_rate,
+                max_overload_rate,
+                min_requests,
+                reason,
+            } => {
+                let gated = ttft_p99_ms.is_some()
+                    || max_error_rate.is_some()
+                    || max_overload_rate.is_some();
+                let gates = gated.then(|| {
+                    json!({"ttft_p99_ms": ttft_p99_ms, "max_error_rate": max_error_rate,
+                           "max_overload_rate": max_overload_rate, "min_requests": min_requests})
+                });
+                (
+                    Call::Post(
+                        format!("/admin/v1/deployments/{}/rollouts", enc(&deployment)),
+                        json!({"to_revision": to, "steps": steps, "gates": gates, "reason": reason}),
+                    ),
+                    Shape::Written(ROLLOUT_COLS),
+                )
+            }
+            RolloutCmd::Advance { id, reason } => act(&id, "advance", reason),
+            RolloutCmd::Pause { id, reason } => act(&id, "pause", reason),
+            RolloutCmd::Resume { id, reason } => act(&id, "resume", reason),
+            RolloutCmd::Rollback { id, reason } => act(&id, "rollback", Some(reason)),
+            RolloutCmd::Complete { id, reason } => act(&id, "complete", reason),
+        },
+        A::Profiles { deployment } => (
+            Call::Get(
+                "/admin/v1/capacity-profiles".into(),
+                q(vec![("deployment", deployment)]),
+            ),
+            Shape::List(PROFILE_COLS),
+        ),
+        A::Executors(e) => match e {
+            ExecutorCmd::List => (
+                Call::Get("/admin/v1/executors".into(), vec![]),
+                Shape::List(EXECUTOR_COLS),
+            ),
+            ExecutorCmd::Drain { id, reason } => (
+                Call::Post(
+                    format!("/admin/v1/executors/{}/drain", enc(&id)),
+                    reason_body(Some(reason)),
+                ),
+                Shape::Written(EXECUTOR_COLS),
+            ),
+        },
+        A::Audit(a) => (
+            Call::Get(
+                "/admin/v1/audit".into(),
+                q(vec![
+                    ("deployment", a.deployment),
+                    ("event_type", a.event_type),
+                    ("actor", a.actor),
+                    ("from", a.from),
+                    ("to", a.to),
+                    ("cursor", a.cursor),
+                    ("limit", a.limit.map(|l| l.to_string())),
+                ]),
+            ),
+            Shape::List(EVENT_COLS),
+        ),
+        A::Request { id } => (
+            Call::Get(format!("/admin/v1/requests/{}", enc(&id)), vec![]),
+            Shape::One(REQUEST_COLS),
+        ),
+        A::RebuildProjections => (
+            Call::Post("/admin/v1/projections/rebuild".into(), json!({})),
+            Shape::One(REBUILD_COLS),
+        ),
+    })
+}
+
+fn act(id: &str, action: &str, reason: Option<String>) -> (Call, Shape) {
+    (
+        Call::Post(
+            format!("/admin/v1/rollouts/{}/{action}", enc(id)),
+            reason_body(reason),
+        ),
+        Shape::Written(ROLLOUT_COLS),
+    )
+}
+
+/// Percent-encodes a path segment.
+fn enc(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+type Cols = &'static [(&'static str, &'static str)];
+
+/// How a response is printed as a table.
+enum Shape {
+    /// `{"data": [..]}`.
+    List(Cols),
+    /// One object.
+    One(Cols),
+    /// `{"events": [..], "data": {..}}`.
+    Written(Cols),
+}
+
+const DEPLOYMENT_COLS: Cols = &[
+    ("DEPLOYMENT", "/deployment_id"),
+    ("SERVING", "/serving_revision"),
+    ("ROLLOUT", "/active_rollout"),
+    ("RETIRED", "/retired"),
+    ("CONTEXT", "/limits/context_window"),
+    ("UPDATED", "/updated_at"),
+];
+const REVISION_COLS: Cols = &[
+    ("REVISION", "/revision_id"),
+    ("DEPLOYMENT", "/deployment_id"),
+    ("SHA256", "/model_sha256"),
+    ("PRECISION", "/precision"),
+    ("URI", "/model_uri"),
+    ("BY", "/registered_by"),
+];
+const ROLLOUT_COLS: Cols = &[
+    ("ROLLOUT", "/rollout_id"),
+    ("DEPLOYMENT", "/deployment_id"),
+    ("FROM", "/from_revision"),
+    ("TO", "/to_revision"),
+    ("PERCENT", "/percent"),
+    ("STATUS", "/status"),
+    ("BY", "/updated_by"),
+    ("REASON", "/last_reason"),
+];
+const PROFILE_COLS: Cols = &[
+    ("DEPLOYMENT", "/deployment_id"),
+    ("REVISION", "/revision_id"),
+    ("WORKLOAD", "/workload"),
+    ("CONCURRENCY", "/envelope/concurrency"),
+    ("TTFT_P95_MS", "/envelope/ttft_p95_ms"),
+    ("TOK/S", "/envelope/throughput_tok_s"),
+];
+const EXECUTOR_COLS: Cols = &[
+    ("EXECUTOR", "/executor_id"),
+    ("DEPLOYMENT", "/deployment_id"),
+    ("REVISION", "/revision_id"),
+    ("STATUS", "/status"),
+    ("REASON", "/reason"),
+    ("UPDATED", "/updated_at"),
+];
+const EVENT_COLS: Cols = &[
+    ("POSITION", "/position"),
+    ("TIME", "/recorded_at"),
+    ("STREAM", "/stream_id"),
+    ("EVENT", "/event_type"),
+    ("ACTOR", "/actor"),
+    ("REASON", "/reason"),
+];
+const REQUEST_COLS: Cols = &[
+    ("REQUEST", "/request_id"),
+    ("DEPLOYMENT", "/deployment_id"),
+    ("REVISION", "/revision_id"),
+    ("EXECUTOR", "/executor_id"),
+    ("STATUS", "/status_code"),
+    ("FINISH", "/finish_reason"),
+    ("ERROR", "/error_code"),
+    ("TTFT_MS", "/ttft_ms"),
+    ("E2E_MS", "/e2e_ms"),
+];
+const REBUILD_COLS: Cols = &[
+    ("EVENTS", "/events"),
+    ("DOCUMENTS", "/documents"),
+    ("POSITION", "/position"),
+    ("UNCHANGED", "/unchanged"),
+];
+
+fn cell(v: &Value, ptr: &str) -> String {
+    match v.pointer(ptr) {
+        None | Some(Value::Null) => "-".into(),
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Number(n)) => match n.as_f64() {
+            Some(f) if n.is_f64() => format!("{f:.1}"),
+            _ => n.to_string(),
+        },
+        Some(other) => other.to_string(),
+    }
+}
+
+/// Renders rows under headers, columns padded to their widest cell.
+pub fn table(rows: &[Value], cols: Cols) -> String {
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| cols.iter().map(|(_, p)| cell(r, p)).collect())
+        .collect();
+    let widths: Vec<usize> = cols
+        .iter()
+        .enumerate()
+        .map(|(i, (h, _))| {
+            cells
+                .iter()
+                .map(|r| r[i].chars().count())
+                .chain([h.len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    let line = |out: &mut String, items: Vec<&str>| {
+        let parts: Vec<String> = items
+            .iter()
+            .zip(&widths)
+            .map(|(s, w)| format!("{s:<w$}"))
+            .collect();
+        out.push_str(parts.join("  ").trim_end());
+        out.push('\n');
+    };
+    line(&mut out, cols.iter().map(|(h, _)| *h).collect());
+    for r in &cells {
+        line(&mut out, r.iter().map(String::as_str).collect());
+    }
+    out
+}
+
+fn render(v: &Value, shape: &Shape) -> String {
+    match shape {
+        Shape::List(cols) => {
+            let rows = v["data"].as_array().cloned().unwrap_or_default();
+            let mut s = table(&rows, cols);
+            if let Some(c) = v.get("next_cursor").and_then(Value::as_str) {
+                s.push_str(&format!("(more: --cursor {c})\n"));
+            }
+            s
+        }
+        Shape::One(cols) => table(std::slice::from_ref(v), cols),
+        Shape::Written(cols) => {
+            let events = v["events"].as_array().cloned().unwrap_or_default();
+            let mut s = table(std::slice::from_ref(&v["data"]), cols);
+            s.push_str(&format!("recorded {} event(s):\n", events.len()));
+            s.push_str(&table(&events, EVENT_COLS));
+            s
+        }
+    }
+}
+
+/// Runs one admin command; prints the result or the server's error.
+pub async fn run(args: AdminArgs) -> ExitCode {
+    let json_out = args.json;
+    let (call, shape) = match plan(args.command) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("stoker admin: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let client = reqwest::Client::new();
+    let base = args.url.trim_end_matches('/');
+    let mut req = match call {
+        Call::Get(p, q) => client.get(format!("{base}{p}")).query(&q),
+        Call::Post(p, b) => client.post(format!("{base}{p}")).json(&b),
+        Call::Put(p, b) => client.put(format!("{base}{p}")).json(&b),
+    };
+    if let Some(k) = &args.api_key {
+        req = req.bearer_auth(k);
+    }
+    let resp = match req.send().await {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("stoker admin: cannot reach {base}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let status = resp.status();
+    let body: Value = match resp.json().await {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("stoker admin: the server answered {status} without JSON: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if !status.is_success() {
+        if json_out {
+            println!("{body}");
+        } else {
+            eprintln!(
+                "stoker admin: {status} {}: {}",
+                cell(&body, "/error/code"),
+                cell(&body, "/error/message")
+            );
+        }
+        return ExitCode::FAILURE;
+    }
+    if json_out {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&body).unwrap_or_default()
+        );
+    } else {
+        print!("{}", render(&body, &shape));
+    }
+    ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_pads_and_fills_missing_cells() {
+        let rows = vec![json!({"a": "x", "b": 1}), json!({"a": "longer", "b": null})];
+        let t = table(&rows, &[("A", "/a"), ("B", "/b")]);
+        assert_eq!(t, "A       B\nx       1\nlonger  -\n");
+    }
+
+    #[test]
+    fn path_segments_are_encoded() {
+        assert_eq!(enc("a/b c"), "a%2Fb%20c");
+        assert_eq!(enc("ro_12.x-y"), "ro_12.x-y");
+    }
+}
