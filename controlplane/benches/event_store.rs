@@ -1,6 +1,8 @@
 //! Event-store benchmark: single-writer appends per second, and audit query
 //! latency (deployment + type + time window) over N seeded events, on Postgres and
-//! on SQLite. Prints a markdown table.
+//! on SQLite; then appends per second on Postgres (durable) with 1, 16 and 64
+//! appends in flight from one handle, which group commit turns into shared
+//! transactions. Prints markdown tables.
 //!
 //! `STOKER_BENCH_EVENTS` (default 100000) sets N; `STOKER_TEST_POSTGRES_URL` the
 //! server (default postgres://postgres@127.0.0.1:5432/postgres), on which a fresh
@@ -14,6 +16,9 @@ use stoker_controlplane::store::{
 };
 
 const APPENDS: usize = 5_000;
+/// Appends per in-flight figure, whatever the number in flight.
+const IN_FLIGHT_APPENDS: usize = 4_000;
+const IN_FLIGHT: [usize; 3] = [1, 16, 64];
 const QUERIES: usize = 500;
 const DEPLOYMENTS: usize = 20;
 const TYPES: [&str; 5] = [
@@ -144,6 +149,52 @@ async fn seed_and_query(store: &EventStore, actor: &Actor, n: usize) -> Audit {
     }
 }
 
+struct InFlight {
+    in_flight: usize,
+    appends_per_s: f64,
+    p50: Duration,
+    p99: Duration,
+}
+
+/// `in_flight` tasks on one handle, each appending one event at a time to its own
+/// new streams, so that many appends are waiting at any moment.
+async fn in_flight(store: &EventStore, in_flight: usize) -> InFlight {
+    let each = IN_FLIGHT_APPENDS / in_flight;
+    let start = Instant::now();
+    let tasks = (0..in_flight)
+        .map(|w| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let actor = Actor::from("bench");
+                let mut lat = Vec::with_capacity(each);
+                for i in 0..each {
+                    let s = StreamRef::new("deployment", format!("flight-{in_flight}-{w}-{i}"));
+                    let e = NewEvent::new("DeploymentCreated", 1, json!({"i": i}), actor.clone());
+                    let t = Instant::now();
+                    store
+                        .append(&s, ExpectedVersion::NoStream, vec![e])
+                        .await
+                        .unwrap();
+                    lat.push(t.elapsed());
+                }
+                lat
+            })
+        })
+        .collect::<Vec<_>>();
+    let mut lat = Vec::with_capacity(each * in_flight);
+    for t in tasks {
+        lat.extend(t.await.unwrap());
+    }
+    let appends_per_s = lat.len() as f64 / start.elapsed().as_secs_f64();
+    lat.sort();
+    InFlight {
+        in_flight,
+        appends_per_s,
+        p50: pct(&lat, 0.5),
+        p99: pct(&lat, 0.99),
+    }
+}
+
 fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1e3)
 }
@@ -172,6 +223,12 @@ async fn main() {
     let base = admin_url.rsplit_once('/').map(|(b, _)| b).unwrap();
     let pg = EventStore::connect(&format!("{base}/{db}")).await.unwrap();
     let pg_row = run("postgres", pg, n).await;
+    let pg = EventStore::connect(&format!("{base}/{db}")).await.unwrap();
+    let mut flights = Vec::new();
+    for k in IN_FLIGHT {
+        flights.push(in_flight(&pg, k).await);
+    }
+    pg.close().await;
     sqlx::query(&format!("DROP DATABASE {db} WITH (FORCE)"))
         .execute(&admin)
         .await
@@ -227,6 +284,23 @@ async fn main() {
             r.appends_per_s,
             ms(r.append_p50),
             ms(r.append_p99),
+        );
+    }
+
+    println!();
+    println!(
+        "| backend | appends in flight (1 handle) | appends/s | vs 1 in flight | append p50 | append p99 |"
+    );
+    println!("|---|---|---|---|---|---|");
+    let one = flights[0].appends_per_s;
+    for f in &flights {
+        println!(
+            "| postgres | {} | {:.0} | {:.1}x | {} | {} |",
+            f.in_flight,
+            f.appends_per_s,
+            f.appends_per_s / one,
+            ms(f.p50),
+            ms(f.p99),
         );
     }
 }

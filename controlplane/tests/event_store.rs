@@ -203,6 +203,180 @@ mod cases {
         other.close().await;
     }
 
+    /// Appends of many callers at once (on Postgres: one group-committed
+    /// transaction or a few), each in its own task, all on one handle.
+    async fn at_once(
+        fx: &Fixture,
+        appends: Vec<(StreamRef, ExpectedVersion, Vec<NewEvent>)>,
+    ) -> Vec<Result<Vec<Recorded>, StoreError>> {
+        let tasks = appends
+            .into_iter()
+            .map(|(s, expected, events)| {
+                let store = fx.store.clone();
+                tokio::spawn(async move { store.append(&s, expected, events).await })
+            })
+            .collect::<Vec<_>>();
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await.unwrap());
+        }
+        out
+    }
+
+    fn assert_time_follows_position(all: &[Recorded]) {
+        assert!(all.windows(2).all(|w| w[0].position < w[1].position));
+        assert!(
+            all.windows(2).all(|w| w[0].recorded_at <= w[1].recorded_at),
+            "time never decreases along position"
+        );
+    }
+
+    pub async fn many_concurrent_appends_to_different_streams_all_land(fx: &Fixture) {
+        let appends = (0..64)
+            .map(|i| {
+                let s = StreamRef::new("deployment", format!("d{i}"));
+                (
+                    s,
+                    ExpectedVersion::NoStream,
+                    vec![ev("Created", json!({"i": i}))],
+                )
+            })
+            .collect();
+        let results = at_once(fx, appends).await;
+        let mut positions = BTreeSet::new();
+        for (i, r) in results.into_iter().enumerate() {
+            let r = r.unwrap();
+            assert_eq!(r.len(), 1);
+            assert_eq!(r[0].seq, 1);
+            assert_eq!(r[0].payload, json!({"i": i}));
+            assert_eq!(r[0].stream, StreamRef::new("deployment", format!("d{i}")));
+            assert!(positions.insert(r[0].position), "positions are unique");
+            let read = fx.store.read_stream(&r[0].stream).await.unwrap();
+            assert_eq!(read, r);
+        }
+        let all = fx.store.read_all(Position::START, 1000).await.unwrap();
+        assert_eq!(all.len(), 64);
+        assert_eq!(
+            all.iter().map(|e| e.position).collect::<BTreeSet<_>>(),
+            positions
+        );
+        assert_time_follows_position(&all);
+    }
+
+    pub async fn concurrent_creators_on_one_handle_exactly_one_wins(fx: &Fixture) {
+        let s = StreamRef::new("deployment", "contended");
+        let appends = (0..16)
+            .map(|i| {
+                let two = vec![
+                    ev("Created", json!({"by": i})),
+                    ev("Named", json!({"by": i})),
+                ];
+                (s.clone(), ExpectedVersion::NoStream, two)
+            })
+            .collect();
+        let mut winner = None;
+        for (i, r) in at_once(fx, appends).await.into_iter().enumerate() {
+            match r {
+                Ok(r) => {
+                    assert!(winner.replace(i).is_none(), "a second winner");
+                    assert_eq!(r.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2]);
+                }
+                // The loser sees the winner's version.
+                Err(e) => assert_conflict(Err(e), 2),
+            }
+        }
+        let winner = winner.expect("one creator wins");
+        let read = fx.store.read_stream(&s).await.unwrap();
+        assert_eq!(read.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2]);
+        assert!(read.iter().all(|e| e.payload == json!({"by": winner})));
+    }
+
+    pub async fn mixed_batch_good_appends_land_and_bad_ones_conflict(fx: &Fixture) {
+        let streams: Vec<_> = (0..16)
+            .map(|i| StreamRef::new("rollout", format!("r{i}")))
+            .collect();
+        for s in &streams {
+            fx.store
+                .append(s, ExpectedVersion::NoStream, vec![ev("Started", json!({}))])
+                .await
+                .unwrap();
+        }
+        // Per stream: a good append at version 1 and a stale one at version 0; plus
+        // new streams with no check.
+        let mut appends = Vec::new();
+        for (i, s) in streams.iter().enumerate() {
+            let good = vec![
+                ev("Advanced", json!({"i": i})),
+                ev("Paused", json!({"i": i})),
+            ];
+            appends.push((s.clone(), ExpectedVersion::Exact(1), good));
+            let stale = vec![ev("Advanced", json!({"stale": i}))];
+            appends.push((s.clone(), ExpectedVersion::Exact(0), stale));
+            let fresh = StreamRef::new("executor", format!("x{i}"));
+            appends.push((
+                fresh,
+                ExpectedVersion::Any,
+                vec![ev("Seen", json!({"i": i}))],
+            ));
+        }
+        let results = at_once(fx, appends).await;
+        for (k, r) in results.into_iter().enumerate() {
+            let i = k / 3;
+            match k % 3 {
+                0 => {
+                    let r = r.unwrap();
+                    assert_eq!(r.iter().map(|e| e.seq).collect::<Vec<_>>(), [2, 3]);
+                    assert_eq!(r[0].payload, json!({"i": i}));
+                }
+                1 => match r {
+                    // Before or after the good append of the same stream.
+                    Err(StoreError::Conflict { actual, .. }) => {
+                        assert!(actual == 1 || actual == 3, "actual {actual}")
+                    }
+                    other => panic!("expected a conflict, got {other:?}"),
+                },
+                _ => assert_eq!(r.unwrap()[0].seq, 1),
+            }
+        }
+        for (i, s) in streams.iter().enumerate() {
+            let read = fx.store.read_stream(s).await.unwrap();
+            assert_eq!(read.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2, 3]);
+            assert_eq!(read[1].payload, json!({"i": i}));
+        }
+        let all = fx.store.read_all(Position::START, 1000).await.unwrap();
+        assert_eq!(all.len(), 16 * 3 + 16);
+        assert_time_follows_position(&all);
+    }
+
+    pub async fn a_refused_append_fails_alone_among_concurrent_ones(fx: &Fixture) {
+        let appends = (0..32)
+            .map(|i| {
+                let s = StreamRef::new("executor", format!("x{i}"));
+                // Event version 0 violates a CHECK constraint.
+                let version = if i == 7 { 0 } else { 1 };
+                let e = NewEvent::new("Seen", version, json!({"i": i}), Actor::from("a"));
+                (s, ExpectedVersion::NoStream, vec![e])
+            })
+            .collect();
+        for (i, r) in at_once(fx, appends).await.into_iter().enumerate() {
+            if i == 7 {
+                assert!(matches!(r, Err(StoreError::Database(_))), "{r:?}");
+            } else {
+                assert_eq!(r.unwrap()[0].seq, 1);
+            }
+        }
+        let all = fx.store.read_all(Position::START, 1000).await.unwrap();
+        assert_eq!(all.len(), 31);
+        assert!(all.iter().all(|e| e.payload != json!({"i": 7})));
+        // The writer is still there.
+        let s = StreamRef::new("executor", "after");
+        let r = fx
+            .store
+            .append(&s, ExpectedVersion::NoStream, vec![ev("Seen", json!({}))])
+            .await;
+        assert_eq!(r.unwrap()[0].seq, 1);
+    }
+
     pub async fn big_batch_is_one_atomic_append(fx: &Fixture) {
         let s = StreamRef::new("batch", "b1");
         let many: Vec<_> = (0..1234)
@@ -568,6 +742,10 @@ on_both_backends!(
     racing_creators_exactly_one_wins,
     concurrent_appenders_leave_no_gaps_and_no_duplicates,
     big_batch_is_one_atomic_append,
+    many_concurrent_appends_to_different_streams_all_land,
+    concurrent_creators_on_one_handle_exactly_one_wins,
+    mixed_batch_good_appends_land_and_bad_ones_conflict,
+    a_refused_append_fails_alone_among_concurrent_ones,
     read_all_pages_in_global_order,
     audit_filters_and_cursor_paging,
     old_versions_are_upcast_on_read,

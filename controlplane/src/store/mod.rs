@@ -8,6 +8,7 @@
 mod error;
 mod event_store;
 mod migrate;
+mod pg_batch;
 mod postgres;
 mod sqlite;
 mod time;

@@ -6,30 +6,31 @@
 //! check under that lock makes conflicts typed; the primary key is the backstop.
 //! Under the same lock `recorded_at` is floored at the latest stored one, so time
 //! never decreases along position and the audit turns time bounds into positions.
+//! Concurrent appends on one handle share that transaction (group commit, see
+//! [`super::pg_batch`]), so they share one WAL flush.
 
-use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
 use sqlx::{Postgres, QueryBuilder, Row};
+use tokio::sync::oneshot;
 
-use super::types::deployment_of;
+use super::pg_batch;
 use super::{
     Actor, AuditQuery, ExpectedVersion, NewEvent, Position, Recorded, StoreError, StreamRef,
 };
 
-const APPEND_LOCK: i64 = 0x7374_6f6b_6572_0001;
 const COLUMNS: &str = "position, stream_type, stream_id, seq, event_type, event_version, \
                        payload, actor, reason, recorded_at";
 /// The first position recorded at or after a time (an O(log n) probe of the
 /// `(recorded_at, position)` index), or past the end when there is none.
 const FIRST_AT_OR_AFTER: &str = "COALESCE((SELECT position FROM events WHERE recorded_at >= ";
 const END: &str = " ORDER BY recorded_at, position LIMIT 1), 9223372036854775807)";
-/// Rows per INSERT statement (10 binds each, far below the 65535 bind limit).
-const CHUNK: usize = 500;
 
 #[derive(Clone, Debug)]
 pub(crate) struct PgStore {
     pool: PgPool,
+    /// The group-commit writer's queue; the writer ends when every clone is dropped.
+    appends: pg_batch::Queue,
 }
 
 impl PgStore {
@@ -42,7 +43,8 @@ impl PgStore {
             .max_connections(16)
             .connect(url)
             .await?;
-        Ok(Self { pool })
+        let appends = pg_batch::spawn(pool.clone());
+        Ok(Self { pool, appends })
     }
 
     pub async fn migrate(&self) -> Result<(), StoreError> {
@@ -57,95 +59,24 @@ impl PgStore {
         version(&self.pool, stream).await
     }
 
+    /// Queues the append for the group-commit writer ([`super::pg_batch`]), which
+    /// runs it in one transaction with whatever other appends are waiting.
     pub async fn append(
         &self,
         stream: &StreamRef,
         expected: ExpectedVersion,
         events: &[NewEvent],
     ) -> Result<Vec<Recorded>, StoreError> {
-        // One round trip: BEGIN and the lock (simple protocol allows two statements).
-        let mut tx = self
-            .pool
-            .begin_with(format!(
-                "BEGIN; SELECT pg_advisory_xact_lock({APPEND_LOCK})"
-            ))
-            .await?;
-        // A new statement, so a new snapshot: it sees every append committed before
-        // the lock was granted.
-        let (actual, floor): (i64, Option<DateTime<Utc>>) = sqlx::query_as(
-            "SELECT COALESCE((SELECT MAX(seq) FROM events \
-                              WHERE stream_type = $1 AND stream_id = $2), 0), \
-                    (SELECT MAX(recorded_at) FROM events)",
-        )
-        .bind(stream.stream_type.as_str())
-        .bind(stream.stream_id.as_str())
-        .fetch_one(&mut *tx)
-        .await?;
-        let actual = actual as u64;
-        if !expected.admits(actual) {
-            return Err(StoreError::Conflict {
-                stream: stream.clone(),
-                expected,
-                actual,
-            });
-        }
-        let mut out = Vec::with_capacity(events.len());
-        for (c, chunk) in events.chunks(CHUNK).enumerate() {
-            let first_seq = actual + (c * CHUNK) as u64 + 1;
-            let mut qb = QueryBuilder::<Postgres>::new(
-                "INSERT INTO events (stream_type, stream_id, seq, event_type, event_version, \
-                 payload, actor, reason, deployment_id, recorded_at) ",
-            );
-            qb.push_values(chunk.iter().enumerate(), |mut b, (i, e)| {
-                b.push_bind(stream.stream_type.as_str())
-                    .push_bind(stream.stream_id.as_str())
-                    .push_bind((first_seq + i as u64) as i64)
-                    .push_bind(e.event_type.as_str())
-                    .push_bind(e.version)
-                    .push_bind(&e.payload)
-                    .push_bind(e.actor.as_str())
-                    .push_bind(e.reason.as_deref())
-                    .push_bind(deployment_of(stream, &e.payload))
-                    .push("GREATEST(clock_timestamp(), ")
-                    .push_bind_unseparated(floor)
-                    .push_unseparated(")");
-            });
-            qb.push(" RETURNING position, seq, recorded_at");
-            let rows = match qb.build().fetch_all(&mut *tx).await {
-                Ok(rows) => rows,
-                Err(sqlx::Error::Database(db)) if db.is_unique_violation() => {
-                    drop(tx);
-                    return Err(StoreError::Conflict {
-                        stream: stream.clone(),
-                        expected,
-                        actual: version(&self.pool, stream).await?,
-                    });
-                }
-                Err(e) => return Err(e.into()),
-            };
-            let mut stamped = rows
-                .iter()
-                .map(|r| -> Result<(i64, i64, DateTime<Utc>), sqlx::Error> {
-                    Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?))
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            stamped.sort_by_key(|&(_, seq, _)| seq);
-            for ((position, seq, recorded_at), e) in stamped.into_iter().zip(chunk) {
-                out.push(Recorded {
-                    position: Position(position),
-                    stream: stream.clone(),
-                    seq: seq as u64,
-                    event_type: e.event_type.clone(),
-                    version: e.version,
-                    payload: e.payload.clone(),
-                    actor: e.actor.clone(),
-                    reason: e.reason.clone(),
-                    recorded_at,
-                });
-            }
-        }
-        tx.commit().await?;
-        Ok(out)
+        let (reply, answer) = oneshot::channel();
+        let request = pg_batch::Request {
+            stream: stream.clone(),
+            expected,
+            events: events.to_vec(),
+            reply,
+        };
+        let stopped = || StoreError::Database("the append writer has stopped".to_owned());
+        self.appends.send(request).map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
     }
 
     pub async fn read_stream(&self, stream: &StreamRef) -> Result<Vec<Recorded>, StoreError> {
@@ -206,7 +137,7 @@ impl PgStore {
     }
 }
 
-async fn version<'e, E>(exec: E, stream: &StreamRef) -> Result<u64, StoreError>
+pub(crate) async fn version<'e, E>(exec: E, stream: &StreamRef) -> Result<u64, StoreError>
 where
     E: sqlx::Executor<'e, Database = Postgres>,
 {
