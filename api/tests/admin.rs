@@ -28,6 +28,7 @@ fn config() -> Config {
     c.engine.kv_cache_mib = 64;
     c.engine.threads = 2;
     c.control.rollout_controller_interval_ms = 0;
+    c.limits.max_body_bytes = 64 * 1024;
     c.api_keys = vec![
         ApiKeyConfig {
             name: Some("ops-bob".into()),
@@ -196,7 +197,7 @@ async fn scopes_and_hostile_input_get_typed_errors_and_record_nothing() {
         }
     }
 
-    let huge = "x".repeat(5 << 20);
+    let huge = "x".repeat(65 * 1024);
     let cases: Vec<(&str, String, Option<String>, u16, &str)> = vec![
         ("POST", "/admin/v1/deployments".into(), Some("{".into()), 400, "invalid_value"),
         ("POST", "/admin/v1/deployments".into(), Some("[]".into()), 400, "invalid_value"),
@@ -225,6 +226,8 @@ async fn scopes_and_hostile_input_get_typed_errors_and_record_nothing() {
         ("POST", format!("/admin/v1/deployments/{MODEL_ID}/rollouts"), Some(json!({"to_revision": "ghost", "steps": [50, 20]}).to_string()), 400, "invalid_value"),
         ("PUT", format!("/admin/v1/deployments/{MODEL_ID}/serving-revision"), Some(json!({"revision_id": "ghost"}).to_string()), 400, "invalid_value"),
         ("POST", format!("/admin/v1/deployments/{MODEL_ID}/revisions"), Some(json!({"model_uri": "/tmp/x.gguf", "model_sha256": "zz"}).to_string()), 400, "invalid_value"),
+        ("POST", format!("/admin/v1/deployments/{MODEL_ID}/revisions"), Some(json!({"model_uri": "/etc/passwd", "model_sha256": "a".repeat(64)}).to_string()), 400, "invalid_value"),
+        ("POST", "/admin/v1/deployments/ghost/revisions".into(), Some(json!({"model_uri": "/m.gguf", "model_sha256": "a".repeat(64)}).to_string()), 404, "not_found"),
         ("POST", format!("/admin/v1/deployments/{MODEL_ID}/revisions"), Some(json!({"model_uri": "/nonexistent/x.gguf", "model_sha256": "a".repeat(64)}).to_string()), 404, "revision_absent"),
         ("POST", "/admin/v1/executors/embedded-0/drain".into(), None, 400, "invalid_value"),
         ("POST", "/admin/v1/executors/ghost/drain".into(), Some(json!({"reason": "x"}).to_string()), 404, "not_found"),

@@ -226,6 +226,17 @@ pub async fn register_revision(
             "model_uri",
         ));
     }
+    // Only model files are read: an admin key must not become a way to hash
+    // arbitrary files on the server.
+    if !body.model_uri.to_ascii_lowercase().ends_with(".gguf") {
+        return Err(ApiError::invalid(
+            "`model_uri` must name a `.gguf` file",
+            "model_uri",
+        ));
+    }
+    if !admin.cp().views().await.deployments.contains_key(&id) {
+        return Err(not_found(&id));
+    }
     let sha = body.model_sha256.to_ascii_lowercase();
     if sha.len() != 64 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(ApiError::invalid(
