@@ -1,5 +1,7 @@
-//! The stoker control plane: event store, aggregates, projections, transport and storage.
+//! The stoker control plane: event store, aggregates, projections, the batch
+//! path with its object storage, and the request log.
 
+pub mod batch;
 pub mod controller;
 pub mod domain;
 pub mod projection;

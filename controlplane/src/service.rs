@@ -116,6 +116,16 @@ impl ControlPlane {
         Ok(written)
     }
 
+    /// Runs a command against a batch stream.
+    pub async fn batch_command(
+        &self,
+        batch_id: &str,
+        cmd: crate::domain::BatchCommand,
+        meta: &Meta,
+    ) -> Result<Vec<Recorded>, CpError> {
+        self.run::<crate::domain::Batch>(batch_id, cmd, meta).await
+    }
+
     // --- deployments ---
 
     pub async fn create_deployment(

@@ -10,6 +10,8 @@ macro_rules! refused {
     };
 }
 
+#[path = "aggregates/batch.rs"]
+mod batch;
 #[path = "aggregates/capacity.rs"]
 mod capacity;
 #[path = "aggregates/deployment.rs"]

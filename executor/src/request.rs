@@ -138,6 +138,13 @@ impl ValidRequest {
     pub fn lane(&self) -> Lane {
         self.lane
     }
+
+    /// The same request in another lane (batch rows are validated like online
+    /// requests, then run in the batch lane).
+    pub fn with_lane(mut self, lane: Lane) -> Self {
+        self.lane = lane;
+        self
+    }
     pub fn tenant(&self) -> &TenantId {
         &self.tenant
     }

@@ -358,6 +358,95 @@ event_enum! {
     ]
 }
 
+// ---- batch ----
+
+/// An OpenAI batch was accepted: its input file passed structural validation
+/// and fits the backlog. It starts `validating` until its shards exist.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct BatchCreated {
+    pub batch_id: String,
+    pub tenant: String,
+    pub input_file_id: String,
+    /// `/v1/chat/completions` or `/v1/completions`.
+    pub endpoint: String,
+    /// As the client sent it, e.g. `24h`.
+    pub completion_window: String,
+    /// Unix seconds after which unfinished rows expire.
+    pub expires_at: i64,
+    pub total_rows: u64,
+    /// Rows per shard.
+    pub shard_rows: u64,
+    /// Prompt plus output tokens the batch may need: what the backlog counts.
+    pub estimated_tokens: u64,
+    #[serde(default)]
+    pub metadata: std::collections::BTreeMap<String, String>,
+}
+
+/// The shards exist and runners may take them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct BatchStarted {
+    pub batch_id: String,
+    pub shards: u64,
+}
+
+/// A client asked to cancel; running rows stop and completed ones are kept.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct BatchCancelRequested {
+    pub batch_id: String,
+}
+
+/// Every row has ended (or been stopped); the output files are being assembled.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct BatchFinalizing {
+    pub batch_id: String,
+}
+
+/// How a batch ended and where its results are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BatchOutcome {
+    Completed,
+    Cancelled,
+    Expired,
+}
+
+/// The output and error files are written; the batch is over.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct BatchEnded {
+    pub batch_id: String,
+    pub outcome: BatchOutcome,
+    #[serde(default)]
+    pub output_file_id: Option<String>,
+    #[serde(default)]
+    pub error_file_id: Option<String>,
+    /// Rows whose request returned 200.
+    pub completed: u64,
+    /// Rows in the error file: refused when run, or never run.
+    pub failed: u64,
+}
+
+/// The batch could not run at all (e.g. its input file vanished).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct BatchFailed {
+    pub batch_id: String,
+    pub code: String,
+    pub message: String,
+}
+
+event_enum! {
+    /// Events of a `batch` stream (stream id = batch id). Progress within the
+    /// batch (shard checkpoints) is state, not events: it lives in the shard
+    /// table, fenced by epoch.
+    BatchEvent, stream_type = "batch", [
+        BatchCreated,
+        BatchStarted,
+        BatchCancelRequested,
+        BatchFinalizing,
+        BatchEnded,
+        BatchFailed,
+    ]
+}
+
 /// The JSON Schema of each event enum as checked in under `schemas/events/`:
 /// `(file name, pretty-printed document with a trailing newline)`.
 pub fn json_schemas() -> Vec<(&'static str, String)> {
@@ -375,5 +464,6 @@ pub fn json_schemas() -> Vec<(&'static str, String)> {
             render::<CapacityProfileEvent>(),
         ),
         ("executor.schema.json", render::<ExecutorEvent>()),
+        ("batch.schema.json", render::<BatchEvent>()),
     ]
 }

@@ -187,6 +187,53 @@ fn executor_events() -> Vec<ExecutorEvent> {
     ]
 }
 
+fn batch_events() -> Vec<BatchEvent> {
+    let b = "batch_1".to_owned();
+    vec![
+        BatchCreated {
+            batch_id: b.clone(),
+            tenant: "acme".into(),
+            input_file_id: "file-1".into(),
+            endpoint: "/v1/chat/completions".into(),
+            completion_window: "24h".into(),
+            expires_at: 1_900_000_000,
+            total_rows: 2_000,
+            shard_rows: 100,
+            estimated_tokens: 512_000,
+            metadata: [("job".to_owned(), "nightly".to_owned())].into(),
+        }
+        .into(),
+        BatchStarted {
+            batch_id: b.clone(),
+            shards: 20,
+        }
+        .into(),
+        BatchCancelRequested {
+            batch_id: b.clone(),
+        }
+        .into(),
+        BatchFinalizing {
+            batch_id: b.clone(),
+        }
+        .into(),
+        BatchEnded {
+            batch_id: b.clone(),
+            outcome: BatchOutcome::Cancelled,
+            output_file_id: Some("file-out".into()),
+            error_file_id: None,
+            completed: 1_200,
+            failed: 800,
+        }
+        .into(),
+        BatchFailed {
+            batch_id: b,
+            code: "input_file_missing".into(),
+            message: "gone".into(),
+        }
+        .into(),
+    ]
+}
+
 /// Every variant round-trips, and the sample covers every event type once.
 fn assert_round_trips<E: EventPayload + PartialEq + std::fmt::Debug>(events: Vec<E>) {
     let types: Vec<&str> = events.iter().map(EventPayload::event_type).collect();
@@ -215,6 +262,7 @@ fn every_event_round_trips_through_its_store_columns() {
     assert_round_trips(revision_events());
     assert_round_trips(capacity_events());
     assert_round_trips(executor_events());
+    assert_round_trips(batch_events());
 }
 
 #[test]
@@ -223,6 +271,7 @@ fn stream_types_are_the_store_names() {
     assert_eq!(RevisionEvent::STREAM_TYPE, "revision");
     assert_eq!(CapacityProfileEvent::STREAM_TYPE, "capacity_profile");
     assert_eq!(ExecutorEvent::STREAM_TYPE, "executor");
+    assert_eq!(BatchEvent::STREAM_TYPE, "batch");
     assert_eq!(EVENT_VERSION, 1);
 }
 

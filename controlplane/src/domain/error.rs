@@ -149,6 +149,14 @@ pub enum DomainError {
         executor_id: String,
         status: &'static str,
     },
+    /// A batch command that its current status does not allow (e.g. cancelling
+    /// a completed batch).
+    #[error("batch {batch_id:?} is {status}; it cannot be {action}")]
+    BatchStatus {
+        batch_id: String,
+        status: &'static str,
+        action: &'static str,
+    },
 }
 
 impl DomainError {
@@ -171,7 +179,8 @@ impl DomainError {
             | AlreadyDrained { .. }
             | NotDraining { .. }
             | ExecutorLost { .. }
-            | ExecutorNotActive { .. } => ErrorKind::Conflict,
+            | ExecutorNotActive { .. }
+            | BatchStatus { .. } => ErrorKind::Conflict,
             InvalidId { .. }
             | InvalidLimits(_)
             | RevisionNotVerified { .. }
@@ -220,6 +229,7 @@ impl DomainError {
             NotDraining { .. } => "not_draining",
             ExecutorLost { .. } => "executor_lost",
             ExecutorNotActive { .. } => "executor_not_active",
+            BatchStatus { .. } => "batch_status_conflict",
         }
     }
 }

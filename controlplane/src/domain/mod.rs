@@ -10,6 +10,7 @@
 //! depend on (does the revision exist, did its artifact verify): the service
 //! layer looks those up first, so aggregates never do I/O.
 
+mod batch;
 mod capacity;
 mod deployment;
 mod error;
@@ -18,6 +19,7 @@ pub mod repo;
 mod revision;
 mod rollout;
 
+pub use batch::{Batch, BatchCommand, BatchPhase};
 pub use capacity::{CapacityProfile, CapacityProfileCommand};
 pub use deployment::{Deployment, DeploymentCommand};
 pub use error::{DomainError, ErrorKind};

@@ -16,8 +16,8 @@ use std::sync::Arc;
 use tokio::sync::{Mutex, RwLock};
 
 pub use views::{
-    CapacityProfileView, DeploymentView, ExecutorStatus, ExecutorView, FoldError, RevisionView,
-    RolloutStatus, RolloutView, Views, kind,
+    BatchView, CapacityProfileView, DeploymentView, ExecutorStatus, ExecutorView, FoldError,
+    RevisionView, RolloutStatus, RolloutView, Views, kind,
 };
 
 use crate::store::{EventStore, Position, StoreError};

@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use stoker_schemas::events::{
-    CapacityEnvelope, CapacityProfileEvent, DeploymentEvent, DeploymentLimits, EventPayload,
-    ExecutorEvent, GateFigures, RevisionEvent, SloGates,
+    BatchEvent, BatchOutcome, CapacityEnvelope, CapacityProfileEvent, DeploymentEvent,
+    DeploymentLimits, EventPayload, ExecutorEvent, GateFigures, RevisionEvent, SloGates,
 };
 
 use crate::store::{Position, Recorded};
@@ -110,6 +110,49 @@ pub struct ExecutorView {
     pub updated_by: String,
 }
 
+/// One batch as the Batch API shows it, less the live row counts (those come
+/// from the shard checkpoints while it runs).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BatchView {
+    pub batch_id: String,
+    pub tenant: String,
+    pub input_file_id: String,
+    pub endpoint: String,
+    pub completion_window: String,
+    pub metadata: BTreeMap<String, String>,
+    /// OpenAI's status: validating, in_progress, finalizing, completed,
+    /// failed, expired, cancelling, cancelled.
+    pub status: String,
+    pub cancel_requested: bool,
+    pub total_rows: u64,
+    pub shards: u64,
+    pub estimated_tokens: u64,
+    pub expires_at: i64,
+    pub created_at: DateTime<Utc>,
+    pub created_by: String,
+    pub in_progress_at: Option<DateTime<Utc>>,
+    pub cancelling_at: Option<DateTime<Utc>>,
+    pub finalizing_at: Option<DateTime<Utc>>,
+    pub ended_at: Option<DateTime<Utc>>,
+    pub output_file_id: Option<String>,
+    pub error_file_id: Option<String>,
+    /// Final counts, once ended.
+    pub completed: Option<u64>,
+    pub failed: Option<u64>,
+    /// Why it failed, when it did: (code, message).
+    pub error: Option<(String, String)>,
+}
+
+impl BatchView {
+    /// Whether runners may still work on it (it counts against the backlog).
+    pub fn is_open(&self) -> bool {
+        matches!(
+            self.status.as_str(),
+            "validating" | "in_progress" | "finalizing" | "cancelling"
+        )
+    }
+}
+
 /// The kinds of document, as stored in `read_models.kind`.
 pub mod kind {
     pub const DEPLOYMENT: &str = "deployment";
@@ -117,6 +160,7 @@ pub mod kind {
     pub const REVISION: &str = "revision";
     pub const CAPACITY_PROFILE: &str = "capacity_profile";
     pub const EXECUTOR: &str = "executor";
+    pub const BATCH: &str = "batch";
 }
 
 /// Every read model, keyed for deterministic order.
@@ -131,6 +175,8 @@ pub struct Views {
     /// Keyed `{deployment}/{revision}/{workload}`; the latest recording wins.
     pub capacity_profiles: BTreeMap<String, CapacityProfileView>,
     pub executors: BTreeMap<String, ExecutorView>,
+    #[serde(default)]
+    pub batches: BTreeMap<String, BatchView>,
 }
 
 /// A document the fold changed: (kind, id).
@@ -183,6 +229,7 @@ impl Views {
             RevisionEvent::STREAM_TYPE => self.fold_revision(ev, decode(ev)?),
             CapacityProfileEvent::STREAM_TYPE => self.fold_capacity(ev, decode(ev)?),
             ExecutorEvent::STREAM_TYPE => self.fold_executor(ev, decode(ev)?),
+            BatchEvent::STREAM_TYPE => self.fold_batch(ev, decode(ev)?),
             _ => Vec::new(),
         };
         self.position = ev.position;
@@ -362,6 +409,85 @@ impl Views {
         vec![(kind::EXECUTOR, id)]
     }
 
+    fn fold_batch(&mut self, ev: &Recorded, e: BatchEvent) -> Vec<Touched> {
+        let id = ev.stream.stream_id.0.clone();
+        let at = ev.recorded_at;
+        if let BatchEvent::BatchCreated(c) = &e {
+            self.batches.insert(
+                id.clone(),
+                BatchView {
+                    batch_id: c.batch_id.clone(),
+                    tenant: c.tenant.clone(),
+                    input_file_id: c.input_file_id.clone(),
+                    endpoint: c.endpoint.clone(),
+                    completion_window: c.completion_window.clone(),
+                    metadata: c.metadata.clone(),
+                    status: "validating".into(),
+                    cancel_requested: false,
+                    total_rows: c.total_rows,
+                    shards: 0,
+                    estimated_tokens: c.estimated_tokens,
+                    expires_at: c.expires_at,
+                    created_at: at,
+                    created_by: ev.actor.0.clone(),
+                    in_progress_at: None,
+                    cancelling_at: None,
+                    finalizing_at: None,
+                    ended_at: None,
+                    output_file_id: None,
+                    error_file_id: None,
+                    completed: None,
+                    failed: None,
+                    error: None,
+                },
+            );
+            return vec![(kind::BATCH, id)];
+        }
+        let Some(b) = self.batches.get_mut(&id) else {
+            return Vec::new();
+        };
+        match e {
+            BatchEvent::BatchCreated(_) => {}
+            BatchEvent::BatchStarted(s) => {
+                b.shards = s.shards;
+                b.in_progress_at = Some(at);
+                if !b.cancel_requested {
+                    b.status = "in_progress".into();
+                }
+            }
+            BatchEvent::BatchCancelRequested(_) => {
+                b.cancel_requested = true;
+                b.cancelling_at = Some(at);
+                b.status = "cancelling".into();
+            }
+            BatchEvent::BatchFinalizing(_) => {
+                b.finalizing_at = Some(at);
+                if !b.cancel_requested {
+                    b.status = "finalizing".into();
+                }
+            }
+            BatchEvent::BatchEnded(end) => {
+                b.ended_at = Some(at);
+                b.status = match end.outcome {
+                    BatchOutcome::Completed => "completed",
+                    BatchOutcome::Cancelled => "cancelled",
+                    BatchOutcome::Expired => "expired",
+                }
+                .into();
+                b.output_file_id = end.output_file_id;
+                b.error_file_id = end.error_file_id;
+                b.completed = Some(end.completed);
+                b.failed = Some(end.failed);
+            }
+            BatchEvent::BatchFailed(f) => {
+                b.ended_at = Some(at);
+                b.status = "failed".into();
+                b.error = Some((f.code, f.message));
+            }
+        }
+        vec![(kind::BATCH, id)]
+    }
+
     /// The document of (kind, id) as stored, if it exists.
     pub fn doc(&self, kind: &str, id: &str) -> Option<serde_json::Value> {
         let v = match kind {
@@ -370,6 +496,7 @@ impl Views {
             kind::REVISION => serde_json::to_value(self.revisions.get(id)?),
             kind::CAPACITY_PROFILE => serde_json::to_value(self.capacity_profiles.get(id)?),
             kind::EXECUTOR => serde_json::to_value(self.executors.get(id)?),
+            kind::BATCH => serde_json::to_value(self.batches.get(id)?),
             _ => return None,
         };
         v.ok()
@@ -398,6 +525,9 @@ impl Views {
             }
             kind::EXECUTOR => {
                 self.executors.insert(id, serde_json::from_value(doc)?);
+            }
+            kind::BATCH => {
+                self.batches.insert(id, serde_json::from_value(doc)?);
             }
             _ => {}
         }

@@ -28,6 +28,11 @@ pub(crate) const POSTGRES: &[Migration] = &[
         name: "read_models",
         sql: include_str!("../../../migrations/postgres/0003_read_models.sql"),
     },
+    Migration {
+        version: 4,
+        name: "batch",
+        sql: include_str!("../../../migrations/postgres/0004_batch.sql"),
+    },
 ];
 
 pub(crate) const SQLITE: &[Migration] = &[
@@ -45,6 +50,11 @@ pub(crate) const SQLITE: &[Migration] = &[
         version: 3,
         name: "read_models",
         sql: include_str!("../../../migrations/sqlite/0003_read_models.sql"),
+    },
+    Migration {
+        version: 4,
+        name: "batch",
+        sql: include_str!("../../../migrations/sqlite/0004_batch.sql"),
     },
 ];
 

@@ -210,6 +210,15 @@ fn catalogue() -> Vec<(DomainError, ErrorKind, &'static str)> {
             C,
             "executor_not_active",
         ),
+        (
+            BatchStatus {
+                batch_id: s("chat"),
+                status: "completed",
+                action: "cancelled",
+            },
+            C,
+            "batch_status_conflict",
+        ),
     ]
 }
 

@@ -1,0 +1,182 @@
+//! The batch aggregate: the lifecycle of one OpenAI batch, from acceptance to
+//! its output files. Progress inside a running batch is not here: shard
+//! checkpoints change many times a second and are state in the shard table,
+//! fenced by epoch. What an auditor needs (who submitted, who cancelled, how
+//! it ended and with which files) is here, as events.
+
+use stoker_schemas::events::{
+    BatchCancelRequested, BatchCreated, BatchEnded, BatchEvent, BatchFailed, BatchFinalizing,
+    BatchOutcome, BatchStarted,
+};
+
+use super::{Aggregate, DomainError, Meta};
+
+/// The lifecycle states; OpenAI's statuses are derived from them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BatchPhase {
+    /// No events yet.
+    #[default]
+    Absent,
+    Validating,
+    InProgress,
+    /// Assembling the output files; `cancel_requested` tells which way it ends.
+    Finalizing,
+    Ended(BatchOutcome),
+    Failed,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum BatchCommand {
+    Create(BatchCreated),
+    /// The shards exist.
+    Start {
+        shards: u64,
+    },
+    Cancel,
+    /// Every row ended, or the batch was cancelled or expired.
+    Finalize,
+    End {
+        outcome: BatchOutcome,
+        output_file_id: Option<String>,
+        error_file_id: Option<String>,
+        completed: u64,
+        failed: u64,
+    },
+    Fail {
+        code: String,
+        message: String,
+    },
+}
+
+/// The state of one batch stream.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Batch {
+    pub id: String,
+    pub phase: BatchPhase,
+    pub cancel_requested: bool,
+}
+
+impl Batch {
+    /// The OpenAI status this state shows.
+    pub fn status(&self) -> &'static str {
+        match (self.phase, self.cancel_requested) {
+            (BatchPhase::Absent, _) => "absent",
+            (BatchPhase::Validating, false) => "validating",
+            (BatchPhase::InProgress, false) => "in_progress",
+            (BatchPhase::Validating | BatchPhase::InProgress | BatchPhase::Finalizing, true) => {
+                "cancelling"
+            }
+            (BatchPhase::Finalizing, false) => "finalizing",
+            (BatchPhase::Ended(BatchOutcome::Completed), _) => "completed",
+            (BatchPhase::Ended(BatchOutcome::Cancelled), _) => "cancelled",
+            (BatchPhase::Ended(BatchOutcome::Expired), _) => "expired",
+            (BatchPhase::Failed, _) => "failed",
+        }
+    }
+
+    fn refuse(&self, action: &'static str) -> DomainError {
+        DomainError::BatchStatus {
+            batch_id: self.id.clone(),
+            status: self.status(),
+            action,
+        }
+    }
+}
+
+impl Aggregate for Batch {
+    type Command = BatchCommand;
+    type Event = BatchEvent;
+
+    fn handle(&self, cmd: BatchCommand, _meta: &Meta) -> Result<Vec<BatchEvent>, DomainError> {
+        use BatchPhase::*;
+        let id = self.id.clone();
+        let absent = || DomainError::NotFound {
+            kind: "batch",
+            id: id.clone(),
+        };
+        Ok(match cmd {
+            BatchCommand::Create(c) => {
+                if self.phase != Absent {
+                    return Err(DomainError::AlreadyExists {
+                        kind: "batch",
+                        id: c.batch_id,
+                    });
+                }
+                vec![c.into()]
+            }
+            BatchCommand::Start { shards } => match self.phase {
+                Absent => return Err(absent()),
+                Validating => vec![
+                    BatchStarted {
+                        batch_id: id,
+                        shards,
+                    }
+                    .into(),
+                ],
+                // Starting twice (a retry after a crash) changes nothing.
+                _ => Vec::new(),
+            },
+            BatchCommand::Cancel => match self.phase {
+                Absent => return Err(absent()),
+                Validating | InProgress | Finalizing if !self.cancel_requested => {
+                    vec![BatchCancelRequested { batch_id: id }.into()]
+                }
+                Validating | InProgress | Finalizing => Vec::new(),
+                Ended(_) | Failed => return Err(self.refuse("cancelled")),
+            },
+            BatchCommand::Finalize => match self.phase {
+                Absent => return Err(absent()),
+                InProgress | Validating => vec![BatchFinalizing { batch_id: id }.into()],
+                Finalizing => Vec::new(),
+                Ended(_) | Failed => return Err(self.refuse("finalized")),
+            },
+            BatchCommand::End {
+                outcome,
+                output_file_id,
+                error_file_id,
+                completed,
+                failed,
+            } => match self.phase {
+                Absent => return Err(absent()),
+                Finalizing => vec![
+                    BatchEnded {
+                        batch_id: id,
+                        outcome,
+                        output_file_id,
+                        error_file_id,
+                        completed,
+                        failed,
+                    }
+                    .into(),
+                ],
+                _ => return Err(self.refuse("ended before finalizing")),
+            },
+            BatchCommand::Fail { code, message } => match self.phase {
+                Absent => return Err(absent()),
+                Validating | InProgress => vec![
+                    BatchFailed {
+                        batch_id: id,
+                        code,
+                        message,
+                    }
+                    .into(),
+                ],
+                _ => return Err(self.refuse("failed")),
+            },
+        })
+    }
+
+    fn apply(&mut self, ev: &BatchEvent) {
+        match ev {
+            BatchEvent::BatchCreated(c) => {
+                self.id = c.batch_id.clone();
+                self.phase = BatchPhase::Validating;
+            }
+            BatchEvent::BatchStarted(_) => self.phase = BatchPhase::InProgress,
+            BatchEvent::BatchCancelRequested(_) => self.cancel_requested = true,
+            BatchEvent::BatchFinalizing(_) => self.phase = BatchPhase::Finalizing,
+            BatchEvent::BatchEnded(e) => self.phase = BatchPhase::Ended(e.outcome),
+            BatchEvent::BatchFailed(_) => self.phase = BatchPhase::Failed,
+        }
+    }
+}
