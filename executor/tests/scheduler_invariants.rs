@@ -50,6 +50,8 @@ fn config() -> SchedulerConfig {
         interactive_reserve_share: 0.25,
         enable_prefix_caching: true,
         revision_salt: [42; 32],
+        batch_max_step_tokens: 0,
+        batch_yields_to_prefill: false,
     }
 }
 

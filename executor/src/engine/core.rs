@@ -75,6 +75,8 @@ impl EngineCore {
             interactive_reserve_share: config.interactive_reserve_share,
             enable_prefix_caching: config.enable_prefix_caching,
             revision_salt: salt,
+            batch_max_step_tokens: config.batch_max_step_tokens,
+            batch_yields_to_prefill: config.batch_yields_to_prefill,
         })
         .map_err(|e| ModelError::Config(e.to_string()))?;
         let kv = KvStorage::new(&model.config, num_blocks);

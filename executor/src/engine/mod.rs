@@ -45,6 +45,10 @@ pub struct EngineConfig {
     pub enable_prefix_caching: bool,
     /// Worker threads for the forward pass; 0 means one per core.
     pub threads: usize,
+    /// Most tokens the batch lane computes per step (0: no cap).
+    pub batch_max_step_tokens: usize,
+    /// The batch lane pauses while interactive work waits or prefills.
+    pub batch_yields_to_prefill: bool,
 }
 
 impl Default for EngineConfig {
@@ -59,6 +63,8 @@ impl Default for EngineConfig {
             interactive_reserve_share: 0.25,
             enable_prefix_caching: true,
             threads: 0,
+            batch_max_step_tokens: 32,
+            batch_yields_to_prefill: true,
         }
     }
 }

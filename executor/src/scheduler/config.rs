@@ -26,6 +26,14 @@ pub struct SchedulerConfig {
     pub enable_prefix_caching: bool,
     /// Per model revision; seeds every prefix-cache hash chain.
     pub revision_salt: [u8; 32],
+    /// Most tokens the batch lane computes in one step (0: no cap). On a
+    /// compute-bound device a step's time grows with its tokens, so this
+    /// bounds how long an interactive arrival waits for the step in flight.
+    pub batch_max_step_tokens: usize,
+    /// While an interactive sequence waits or is prefilling, the batch lane
+    /// gets no tokens, so the interactive prefill step is as short as if no
+    /// batch work existed. Batch sequences keep their blocks meanwhile.
+    pub batch_yields_to_prefill: bool,
 }
 
 /// A configuration that cannot work.
@@ -138,6 +146,8 @@ mod tests {
             interactive_reserve_share: 0.1,
             enable_prefix_caching: true,
             revision_salt: [0; 32],
+            batch_max_step_tokens: 0,
+            batch_yields_to_prefill: false,
         }
     }
 

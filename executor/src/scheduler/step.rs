@@ -73,19 +73,65 @@ impl Scheduler {
                 }
             }
         }
+        let mut batch_left = self.batch_step_allowance();
         for id in decoders.into_iter().chain(prefills) {
-            if self
-                .seqs
-                .get(&id)
-                .is_some_and(|s| s.status == SeqStatus::Running)
-            {
+            let Some(seq) = self.seqs.get(&id) else {
+                continue;
+            };
+            if seq.status != SeqStatus::Running {
+                continue;
+            }
+            if seq.lane == Lane::Batch {
+                batch_left -=
+                    self.with_budget_cap(batch_left, &mut step, |s, st| s.schedule_running(id, st));
+            } else {
                 self.schedule_running(id, &mut step);
             }
         }
         if step.plan.preempted.is_empty() {
-            self.admit(&mut step);
+            self.admit(&mut step, batch_left);
         }
         step.plan
+    }
+
+    /// Tokens the batch lane may take this step: none while interactive work
+    /// waits or prefills (when configured to yield), else its step cap.
+    fn batch_step_allowance(&self) -> usize {
+        if self.config.batch_yields_to_prefill {
+            let waiting = !self.waiting.interactive.is_empty();
+            let prefilling = self
+                .running
+                .interactive
+                .iter()
+                .any(|id| self.seqs[id].remaining() > 1);
+            if waiting || prefilling {
+                return 0;
+            }
+        }
+        match self.config.batch_max_step_tokens {
+            0 => usize::MAX,
+            cap => cap,
+        }
+    }
+
+    /// Runs `f` with the step budget lowered to at most `cap`; returns the
+    /// tokens it spent (which the real budget is charged).
+    fn with_budget_cap(
+        &mut self,
+        cap: usize,
+        step: &mut Step,
+        f: impl FnOnce(&mut Self, &mut Step),
+    ) -> usize {
+        let full = step.budget;
+        let allowed = full.min(cap);
+        if allowed == 0 {
+            return 0;
+        }
+        step.budget = allowed;
+        f(self, step);
+        let spent = allowed - step.budget;
+        step.budget = full - spent;
+        spent
     }
 
     /// Records that the forward pass wrote the KV of `plan`'s chunks: advances
@@ -177,50 +223,62 @@ impl Scheduler {
     }
 
     /// Admits waiting sequences while budget, slots and blocks allow.
-    fn admit(&mut self, step: &mut Step) {
-        for lane in Lane::ALL {
-            loop {
-                if step.budget == 0 {
-                    return;
+    fn admit(&mut self, step: &mut Step, batch_left: usize) {
+        // An interactive head that cannot be admitted (no budget, slots or
+        // blocks) also holds back the batch lane, so batch never takes what
+        // interactive is waiting for.
+        if self.admit_lane(Lane::Interactive, step) {
+            self.with_budget_cap(batch_left, step, |s, st| {
+                s.admit_lane(Lane::Batch, st);
+            });
+        }
+    }
+
+    /// Admits the heads of one lane's queue while budget, slots and blocks
+    /// allow. False when admission must stop for every lane this step.
+    fn admit_lane(&mut self, lane: Lane, step: &mut Step) -> bool {
+        loop {
+            if step.budget == 0 {
+                return false;
+            }
+            let Some(id) = self.waiting[lane].peek() else {
+                break;
+            };
+            if step.plan.preempted.contains(&id) {
+                break; // preempted during this very step: not before the next
+            }
+            let running = self.running.interactive.len() + self.running.batch.len();
+            if running >= self.limits.max_num_seqs {
+                if lane == Lane::Interactive
+                    && let Some(&victim) = self.running.batch.last()
+                {
+                    self.preempt(victim, step);
+                    continue;
                 }
-                let Some(id) = self.waiting[lane].peek() else {
-                    break;
-                };
-                if step.plan.preempted.contains(&id) {
-                    break; // preempted during this very step: not before the next
-                }
-                let running = self.running.interactive.len() + self.running.batch.len();
-                if running >= self.limits.max_num_seqs {
+                return false;
+            }
+            if self.running[lane].len() >= self.limits.seqs(lane) {
+                break;
+            }
+            match self.try_admit(id, step) {
+                Ok(()) => {}
+                Err(Blocked::LaneShare) => break,
+                Err(Blocked::Blocks { needed }) => {
+                    // Interactive work may take blocks from batch, if the
+                    // batch lane could possibly free enough.
+                    let reachable = self.kv.num_available() + self.lane_blocks.batch;
                     if lane == Lane::Interactive
+                        && needed <= reachable
                         && let Some(&victim) = self.running.batch.last()
                     {
                         self.preempt(victim, step);
                         continue;
                     }
-                    return;
-                }
-                if self.running[lane].len() >= self.limits.seqs(lane) {
-                    break;
-                }
-                match self.try_admit(id, step) {
-                    Ok(()) => {}
-                    Err(Blocked::LaneShare) => break,
-                    Err(Blocked::Blocks { needed }) => {
-                        // Interactive work may take blocks from batch, if the
-                        // batch lane could possibly free enough.
-                        let reachable = self.kv.num_available() + self.lane_blocks.batch;
-                        if lane == Lane::Interactive
-                            && needed <= reachable
-                            && let Some(&victim) = self.running.batch.last()
-                        {
-                            self.preempt(victim, step);
-                            continue;
-                        }
-                        return;
-                    }
+                    return false;
                 }
             }
         }
+        true
     }
 
     /// Admits the head of its lane's queue with a first chunk, reusing cached

@@ -15,6 +15,8 @@ fn config() -> SchedulerConfig {
         interactive_reserve_share: 0.25,
         enable_prefix_caching: true,
         revision_salt: [3; 32],
+        batch_max_step_tokens: 0,
+        batch_yields_to_prefill: false,
     }
 }
 
@@ -165,4 +167,61 @@ fn appending_out_of_protocol_is_a_typed_error() {
         s.append_token(SeqId(1), 1),
         Err(SchedulerError::MaxNewTokensReached(SeqId(1)))
     );
+}
+
+/// Tokens each lane gets in a plan.
+fn lane_tokens(plan: &StepPlan) -> (usize, usize) {
+    plan.chunks.iter().fold((0, 0), |(i, b), c| match c.lane {
+        Lane::Interactive => (i + c.len, b),
+        Lane::Batch => (i, b + c.len),
+    })
+}
+
+#[test]
+fn the_batch_lane_stays_under_its_step_cap() {
+    let mut s = Scheduler::new(SchedulerConfig {
+        batch_max_step_tokens: 10,
+        ..config()
+    })
+    .unwrap();
+    for id in 1..=4 {
+        s.add(spec(id, Lane::Batch, "t", 8, 100)).unwrap();
+    }
+    let mut per_step = Vec::new();
+    for _ in 0..6 {
+        let plan = s.schedule();
+        let (_, batch) = lane_tokens(&plan);
+        assert!(batch <= 10, "batch got {batch} tokens");
+        per_step.push(batch);
+        s.complete_step(&plan);
+        for c in plan.chunks.iter().filter(|c| c.sample) {
+            s.append_token(c.seq, 7).unwrap();
+        }
+    }
+    // Capped, not starved: the 32 prompt tokens go 10 a step beside the
+    // decoders, then only the 4 decoders remain.
+    assert_eq!(per_step, vec![10, 10, 10, 8, 4, 4]);
+}
+
+#[test]
+fn the_batch_lane_yields_while_interactive_work_prefills() {
+    let mut s = Scheduler::new(SchedulerConfig {
+        batch_yields_to_prefill: true,
+        ..config()
+    })
+    .unwrap();
+    s.add(spec(1, Lane::Batch, "t", 8, 8)).unwrap();
+    let plan = s.schedule();
+    assert_eq!(lane_tokens(&plan), (0, 8));
+    s.complete_step(&plan);
+    s.append_token(SeqId(1), 7).unwrap();
+    // An interactive arrival: its prefill step carries no batch token.
+    s.add(spec(2, Lane::Interactive, "t", 40, 4)).unwrap();
+    let plan = s.schedule();
+    assert_eq!(lane_tokens(&plan), (40, 0));
+    s.complete_step(&plan);
+    s.append_token(SeqId(2), 7).unwrap();
+    // Once it decodes, batch runs beside it again.
+    let plan = s.schedule();
+    assert_eq!(lane_tokens(&plan), (1, 1));
 }

@@ -38,6 +38,8 @@ impl Workload {
             interactive_reserve_share: [0.0, 0.1, 0.25, 0.5][rng.below(4)],
             enable_prefix_caching: seed % 4 != 3,
             revision_salt: [seed as u8; 32],
+            batch_max_step_tokens: [0, 8, 32][rng.below(3)],
+            batch_yields_to_prefill: seed.is_multiple_of(3),
         };
         let prefixes = (0..3)
             .map(|_| {
