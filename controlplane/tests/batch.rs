@@ -51,7 +51,7 @@ impl RowExecutor for Fake {
         Box::pin(async move {
             tokio::time::sleep(delay).await;
             let n: usize = row.custom_id[1..].parse().unwrap();
-            if fail_every > 0 && n % fail_every == 0 {
+            if fail_every > 0 && n.is_multiple_of(fail_every) {
                 return RowOutcome::Response {
                     status_code: 400,
                     request_id: tag.into(),
@@ -354,7 +354,10 @@ async fn kill_and_resume(kind: Kind) {
         .values()
         .filter(|v| v["response"]["status_code"] == 400)
         .count();
-    assert_eq!(failed, (0..300).filter(|n| n % 7 == 0).count());
+    assert_eq!(
+        failed,
+        (0..300usize).filter(|n| n.is_multiple_of(7)).count()
+    );
     let l = b.get("acme", &id).await.unwrap();
     assert_eq!((l.completed + l.failed, l.failed as usize), (300, failed));
     let shards = shards::list(&fx.store.db(), &id).await.unwrap();
@@ -558,4 +561,43 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         }
     }
     out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_batch_ends_with_every_row_named() {
+    use stoker_controlplane::domain::BatchCommand;
+    use stoker_controlplane::service::meta;
+    use stoker_schemas::events::BatchCreated;
+    let e = env(Kind::Sqlite, settings(10)).await;
+    let b = &e.batches;
+    let f = b
+        .upload("acme", "in.jsonl", "batch", input(30))
+        .await
+        .unwrap();
+    // A batch whose window ended a second ago, as a long-stopped server finds it.
+    let id = "batch_expired1";
+    let cp = ControlPlane::open(e.fx.store.clone()).await.unwrap();
+    let created = BatchCreated {
+        batch_id: id.into(),
+        tenant: "acme".into(),
+        input_file_id: f.id,
+        endpoint: "/v1/completions".into(),
+        completion_window: "24h".into(),
+        expires_at: stoker_controlplane::batch::now_ms() / 1000 - 1,
+        total_rows: 30,
+        shard_rows: 10,
+        estimated_tokens: 100,
+        metadata: BTreeMap::new(),
+    };
+    cp.batch_command(id, BatchCommand::Create(created), &meta("alice", None))
+        .await
+        .unwrap();
+    let worker_batches = open(&e.fx.store, &e.dir, settings(10), "proc-2").await;
+    worker_batches.spawn_worker(Fake::new("x", 1), true);
+    wait_status(&worker_batches, id, "expired", Duration::from_secs(30)).await;
+    let all = results(&worker_batches, id).await;
+    assert_eq!(all.len(), 30);
+    assert!(all.values().all(|v| v["error"]["code"] == "batch_expired"));
+    let l = worker_batches.get("acme", id).await.unwrap();
+    assert_eq!((l.completed, l.failed), (0, 30));
 }

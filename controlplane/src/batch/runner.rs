@@ -3,12 +3,14 @@
 //! completed prefix as segments plus a fenced checkpoint every
 //! `checkpoint_rows` rows or `checkpoint_interval`, whichever comes first.
 //!
-//! Rows complete out of order but are committed in order (`buffered` yields
-//! them in input order), so a checkpoint is always "every row before
-//! `next_row` is in a listed segment". A resumed shard starts at `next_row`;
+//! Rows run and complete out of order (a row that stops early frees its slot
+//! for the next at once) but are committed in order: completed rows wait in
+//! a small map until the rows before them are done, so a checkpoint is
+//! always "every row before `next_row` is in a listed segment". A resumed shard starts at `next_row`;
 //! rows that were in flight when a runner died run again, and only the run
 //! that is committed appears in the output.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -242,9 +244,9 @@ pub async fn run_shard(
         lease: cfg.lease,
     };
     let gate = stop.clone();
-    let feed = futures_util::stream::iter(rows)
+    let feed = futures_util::stream::iter(rows.into_iter().enumerate())
         .take_while(move |_| futures_util::future::ready(*gate.borrow() == Stop::Run))
-        .map(|line| {
+        .map(|(i, line)| {
             let row = RowRequest {
                 batch_id: batch.batch_id.clone(),
                 tenant: batch.tenant.clone(),
@@ -252,10 +254,14 @@ pub async fn run_shard(
                 custom_id: line.custom_id,
                 body: line.body,
             };
-            run_row(exec.clone(), row, stop.clone())
+            let run = run_row(exec.clone(), row, stop.clone());
+            async move { (i, run.await) }
         })
-        .buffered(cfg.row_concurrency.max(1));
+        .buffer_unordered(cfg.row_concurrency.max(1));
     let mut feed = std::pin::pin!(feed);
+    // Completed rows not yet contiguous with the committed prefix.
+    let mut ready: BTreeMap<usize, Value> = BTreeMap::new();
+    let mut next_idx = 0;
     let mut pending: Vec<Value> = Vec::new();
     let mut last = Instant::now();
     let mut tick = tokio::time::interval(cfg.checkpoint_interval.max(Duration::from_millis(50)));
@@ -264,8 +270,12 @@ pub async fn run_shard(
     loop {
         tokio::select! {
             item = feed.next() => match item {
-                Some(Some(line)) => {
-                    pending.push(line);
+                Some((i, Some(line))) => {
+                    ready.insert(i, line);
+                    while let Some(l) = ready.remove(&next_idx) {
+                        pending.push(l);
+                        next_idx += 1;
+                    }
                     if pending.len() >= cfg.checkpoint_rows.max(1)
                         || last.elapsed() >= cfg.checkpoint_interval
                     {
@@ -274,7 +284,7 @@ pub async fn run_shard(
                     }
                 }
                 // A row stopped before it ended: nothing after it commits.
-                Some(None) | None => break,
+                Some((_, None)) | None => break,
             },
             _ = tick.tick() => {
                 // Commit what is there, or just renew the lease.

@@ -46,7 +46,7 @@ impl Default for BatchSettings {
             shard_rows: 100,
             max_backlog_tokens: 50_000_000,
             runner: RunnerConfig {
-                row_concurrency: 16,
+                row_concurrency: 8,
                 checkpoint_rows: 32,
                 checkpoint_interval: Duration::from_secs(1),
                 lease: Duration::from_secs(15),
