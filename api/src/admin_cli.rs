@@ -385,7 +385,7 @@ fn act(id: &str, action: &str, reason: Option<String>) -> (Call, Shape) {
 }
 
 /// Percent-encodes a path segment.
-fn enc(s: &str) -> String {
+pub(crate) fn enc(s: &str) -> String {
     let mut out = String::new();
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
@@ -477,7 +477,7 @@ const REBUILD_COLS: Cols = &[
     ("UNCHANGED", "/unchanged"),
 ];
 
-fn cell(v: &Value, ptr: &str) -> String {
+pub(crate) fn cell(v: &Value, ptr: &str) -> String {
     match v.pointer(ptr) {
         None | Some(Value::Null) => "-".into(),
         Some(Value::String(s)) => s.clone(),

@@ -36,7 +36,49 @@ pub struct Config {
     pub engine: EngineSection,
     pub admission: AdmissionConfig,
     pub control: ControlConfig,
+    pub batch: BatchConfig,
     pub api_keys: Vec<ApiKeyConfig>,
+}
+
+/// The Batch API: upload limits, the backlog ceiling, shards and runners.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BatchConfig {
+    /// `file:///path`, a path, or `s3://bucket/prefix` (with the `s3` build
+    /// feature); empty means `<data_dir>/objects`.
+    pub storage_url: String,
+    /// Largest upload accepted.
+    pub max_file_bytes: usize,
+    /// Most lines one input file may hold.
+    pub max_lines: usize,
+    /// Estimated prompt + output tokens all open batches may hold together.
+    pub max_backlog_tokens: u64,
+    /// Rows per shard: the unit a runner claims and resumes.
+    pub shard_rows: u64,
+    /// Rows of one shard in flight in the engine's batch lane at once.
+    pub row_concurrency: usize,
+    /// Shards this process runs at once.
+    pub max_running_shards: usize,
+    /// Rows per checkpoint (a checkpoint is also taken every second).
+    pub checkpoint_rows: usize,
+    /// How long a runner's claim on a shard holds without a checkpoint.
+    pub lease_secs: u64,
+}
+
+impl Default for BatchConfig {
+    fn default() -> Self {
+        BatchConfig {
+            storage_url: String::new(),
+            max_file_bytes: 100 << 20,
+            max_lines: 50_000,
+            max_backlog_tokens: 50_000_000,
+            shard_rows: 100,
+            row_concurrency: 8,
+            max_running_shards: 2,
+            checkpoint_rows: 32,
+            lease_secs: 15,
+        }
+    }
 }
 
 /// The control plane: where events and read models live, and its background work.
@@ -98,6 +140,11 @@ pub struct EngineSection {
     pub threads: usize,
     pub enable_prefix_caching: bool,
     pub interactive_reserve_share: f32,
+    /// Most tokens the batch lane computes per step (0: no cap); bounds how
+    /// long an interactive arrival waits behind a batch step.
+    pub batch_max_step_tokens: usize,
+    /// The batch lane pauses while interactive requests wait or prefill.
+    pub batch_yields_to_prefill: bool,
 }
 
 impl Default for EngineSection {
@@ -110,6 +157,8 @@ impl Default for EngineSection {
             threads: e.threads,
             enable_prefix_caching: e.enable_prefix_caching,
             interactive_reserve_share: e.interactive_reserve_share,
+            batch_max_step_tokens: e.batch_max_step_tokens,
+            batch_yields_to_prefill: e.batch_yields_to_prefill,
         }
     }
 }
@@ -150,6 +199,7 @@ impl Default for Config {
             engine: EngineSection::default(),
             admission: AdmissionConfig::default(),
             control: ControlConfig::default(),
+            batch: BatchConfig::default(),
             api_keys: Vec::new(),
         }
     }
@@ -185,7 +235,7 @@ impl Config {
     /// `STOKER_*` variables (`STOKER_CONFIG`, `STOKER_LOG`, test and bench
     /// knobs) are not configuration and must not trip `deny_unknown_fields`.
     pub fn env(prefix: &str) -> Env {
-        const KEYS: [&str; 13] = [
+        const KEYS: [&str; 14] = [
             "listen",
             "model",
             "served_model_name",
@@ -198,6 +248,7 @@ impl Config {
             "engine",
             "admission",
             "control",
+            "batch",
             "api_keys",
         ];
         Env::prefixed(prefix)
@@ -265,6 +316,21 @@ impl Config {
                 "log_format must be `text` or `json`".into(),
             ));
         }
+        let b = &self.batch;
+        if b.shard_rows == 0 || b.row_concurrency == 0 || b.max_running_shards == 0 {
+            return Err(ConfigError::Invalid(
+                "batch.shard_rows, batch.row_concurrency and batch.max_running_shards must be >= 1"
+                    .into(),
+            ));
+        }
+        if b.max_file_bytes == 0 || b.max_lines == 0 || b.checkpoint_rows == 0 || b.lease_secs == 0
+        {
+            return Err(ConfigError::Invalid(
+                "batch.max_file_bytes, batch.max_lines, batch.checkpoint_rows and \
+                 batch.lease_secs must be >= 1"
+                    .into(),
+            ));
+        }
         for (i, k) in self.api_keys.iter().enumerate() {
             k.check()
                 .map_err(|m| ConfigError::Invalid(format!("api_keys[{i}]: {m}")))?;
@@ -289,7 +355,41 @@ impl Config {
             interactive_reserve_share: e.interactive_reserve_share,
             enable_prefix_caching: e.enable_prefix_caching,
             threads: e.threads,
+            batch_max_step_tokens: e.batch_max_step_tokens,
+            batch_yields_to_prefill: e.batch_yields_to_prefill,
             ..Default::default()
+        }
+    }
+
+    /// The batch path's settings.
+    pub fn batch_settings(&self) -> stoker_controlplane::batch::BatchSettings {
+        use std::time::Duration;
+        use stoker_controlplane::batch::{BatchSettings, input::InputLimits, runner::RunnerConfig};
+        let b = &self.batch;
+        BatchSettings {
+            limits: InputLimits {
+                max_bytes: b.max_file_bytes,
+                max_lines: b.max_lines,
+            },
+            shard_rows: b.shard_rows,
+            max_backlog_tokens: b.max_backlog_tokens,
+            runner: RunnerConfig {
+                row_concurrency: b.row_concurrency,
+                checkpoint_rows: b.checkpoint_rows,
+                checkpoint_interval: Duration::from_secs(1),
+                lease: Duration::from_secs(b.lease_secs),
+            },
+            max_running_shards: b.max_running_shards,
+            ..BatchSettings::default()
+        }
+    }
+
+    /// Where batch files and outputs live.
+    pub fn batch_storage_url(&self) -> String {
+        if self.batch.storage_url.is_empty() {
+            self.data_dir.join("objects").display().to_string()
+        } else {
+            self.batch.storage_url.clone()
         }
     }
 

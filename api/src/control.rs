@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use sha2::{Digest, Sha256};
+use stoker_controlplane::batch::{Batches, Storage};
 use stoker_controlplane::domain::{ArtifactCheck, ExecutorCommand};
 use stoker_controlplane::projection::ExecutorStatus;
 use stoker_controlplane::requestlog::{RequestLog, RequestLogConfig};
@@ -34,6 +35,8 @@ pub struct Control {
     pub log: RequestLog,
     /// The deployment `stoker serve` serves by default.
     pub deployment_id: String,
+    /// Files and batches.
+    pub batches: Batches,
 }
 
 /// Opens (and migrates) the configured store and starts the request-log writer.
@@ -53,10 +56,20 @@ pub async fn open(config: &Config) -> anyhow::Result<Control> {
             ..RequestLogConfig::default()
         },
     );
+    let storage_url = config.batch_storage_url();
+    let storage = Storage::open(&storage_url)
+        .with_context(|| format!("opening batch storage {}", redact(&storage_url)))?;
+    let owner = format!(
+        "{}-{}",
+        config.executor_id,
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let batches = Batches::new(cp.clone(), storage, config.batch_settings(), owner);
     Ok(Control {
         cp,
         log,
         deployment_id: config.deployment_id(),
+        batches,
     })
 }
 

@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use stoker_controlplane::batch::BatchError;
+use stoker_controlplane::batch::input::InputError;
 use stoker_controlplane::domain::{DomainError, ErrorKind};
 use stoker_controlplane::service::CpError;
 use stoker_controlplane::store::StoreError;
@@ -77,6 +79,12 @@ pub enum ApiError {
     /// A control-plane object that does not exist.
     #[error("{message}")]
     NotFound { message: String, code: &'static str },
+    /// The open batches already hold as much estimated work as allowed.
+    #[error("{message}")]
+    BatchBacklogFull {
+        message: String,
+        retry_after: RetryAfter,
+    },
     /// Opaque to the client; the detail only goes to the log.
     #[error("internal error")]
     Internal(String),
@@ -113,6 +121,7 @@ impl ApiError {
             Overloaded { .. } | DeadlineInfeasible { .. } | NotReady { .. } => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
+            BatchBacklogFull { .. } => StatusCode::TOO_MANY_REQUESTS,
             Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -135,6 +144,7 @@ impl ApiError {
             Overloaded { .. } => "server_overloaded",
             DeadlineInfeasible { .. } => "deadline_infeasible",
             NotReady { .. } => "not_ready",
+            BatchBacklogFull { .. } => "batch_backlog_full",
             Internal(_) => "internal_error",
         }
     }
@@ -167,7 +177,8 @@ impl ApiError {
         match self {
             ApiError::Overloaded { retry_after, .. }
             | ApiError::DeadlineInfeasible { retry_after, .. }
-            | ApiError::NotReady { retry_after, .. } => Some(*retry_after),
+            | ApiError::NotReady { retry_after, .. }
+            | ApiError::BatchBacklogFull { retry_after, .. } => Some(*retry_after),
             _ => None,
         }
     }
@@ -237,6 +248,36 @@ impl From<CpError> for ApiError {
                 code: "not_found",
             },
             CpError::Store(s) => s.into(),
+            other => ApiError::Internal(other.to_string()),
+        }
+    }
+}
+
+/// The batch path's errors, mapped here with the rest.
+impl From<BatchError> for ApiError {
+    fn from(e: BatchError) -> Self {
+        match e {
+            BatchError::NotFound { what, .. } => ApiError::NotFound {
+                message: e.to_string(),
+                code: if what == "file" {
+                    "file_not_found"
+                } else {
+                    "batch_not_found"
+                },
+            },
+            BatchError::Input(InputError::TooLarge { max, .. }) => {
+                ApiError::PayloadTooLarge { limit: max }
+            }
+            BatchError::Input(i) => ApiError::invalid(i.to_string(), "file"),
+            BatchError::Invalid { message, param } => ApiError::invalid(message, param),
+            BatchError::BacklogFull {
+                retry_after_secs, ..
+            } => ApiError::BatchBacklogFull {
+                message: e.to_string(),
+                retry_after: RetryAfter(Duration::from_secs(retry_after_secs)),
+            },
+            BatchError::InUse { .. } => ApiError::Conflict(e.to_string()),
+            BatchError::ControlPlane(c) => c.into(),
             other => ApiError::Internal(other.to_string()),
         }
     }

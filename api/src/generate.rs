@@ -22,7 +22,9 @@ use crate::validate::Prepared;
 /// An admitted request that the engine has scheduled.
 pub struct Running {
     handle: RequestHandle,
-    _ticket: Ticket,
+    /// The edge's admission share; batch rows bypass edge admission (the
+    /// engine's batch lane bounds them) and hold none.
+    _ticket: Option<Ticket>,
     hard_stop: watch::Receiver<bool>,
     /// Time spent in the engine's waiting queue.
     pub queue: Duration,
@@ -55,11 +57,31 @@ pub async fn start(
         deadline,
     };
     let stats = served.engine.stats();
-    let mut ticket = state.admission.admit(demand, &stats)?;
+    let ticket = state.admission.admit(demand, &stats)?;
+    submit(state, served, prepared, Some(ticket)).await
+}
+
+/// Submits a batch-lane row straight to the engine: edge admission is for
+/// interactive traffic, and the engine's bounded batch queue refuses what it
+/// cannot hold (the runner retries those rows later).
+pub async fn start_batch(
+    state: &AppState,
+    served: &Served,
+    prepared: Prepared,
+) -> Result<Running, ApiError> {
+    submit(state, served, prepared, None).await
+}
+
+async fn submit(
+    state: &AppState,
+    served: &Served,
+    prepared: Prepared,
+    mut ticket: Option<Ticket>,
+) -> Result<Running, ApiError> {
     let lane = prepared.request.lane();
     tracing::debug!(
-        prompt_tokens = demand.prompt_tokens,
-        max_tokens = demand.max_tokens,
+        prompt_tokens = prepared.prompt_tokens(),
+        max_tokens = prepared.max_tokens(),
         stream = prepared.stream,
         tenant = %prepared.request.tenant().0,
         "admitted"
@@ -86,7 +108,9 @@ pub async fn start(
             return Err(shutdown_error(state));
         }
     };
-    ticket.started();
+    if let Some(t) = ticket.as_mut() {
+        t.started();
+    }
     Ok(Running {
         handle,
         _ticket: ticket,

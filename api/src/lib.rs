@@ -8,6 +8,8 @@
 pub mod admin_cli;
 pub mod admission;
 pub mod auth;
+pub mod batch_cli;
+pub mod batch_exec;
 pub mod config;
 pub mod control;
 pub mod error;

@@ -1,6 +1,6 @@
 //! `stoker`: the composition root. `serve` wires the embedded default
-//! together in one process; `admin` operates a running server; `openapi`
-//! prints the API document.
+//! together in one process; `admin` operates a running server; `batch`
+//! submits and follows batch jobs on one; `openapi` prints the API document.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -28,6 +28,8 @@ enum Command {
     Openapi,
     /// Operate a running server: deployments, revisions, rollouts, executors, audit.
     Admin(stoker_api::admin_cli::AdminArgs),
+    /// Submit and follow OpenAI batch jobs on a running server
+    Batch(stoker_api::batch_cli::BatchArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -60,16 +62,22 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Serve(args) => serve(args),
-        Command::Admin(args) => match tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        {
-            Ok(rt) => rt.block_on(stoker_api::admin_cli::run(args)),
-            Err(e) => {
-                eprintln!("stoker: starting the runtime: {e}");
-                ExitCode::FAILURE
-            }
-        },
+        Command::Admin(args) => client(stoker_api::admin_cli::run(args)),
+        Command::Batch(args) => client(stoker_api::batch_cli::run(args)),
+    }
+}
+
+/// Runs a client command (one that talks to a running server) to its end.
+fn client(command: impl std::future::Future<Output = ExitCode>) -> ExitCode {
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt.block_on(command),
+        Err(e) => {
+            eprintln!("stoker: starting the runtime: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 

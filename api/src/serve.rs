@@ -17,6 +17,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::batch_exec::EngineRows;
 use crate::config::Config;
 use crate::control;
 use crate::routes;
@@ -118,6 +119,13 @@ async fn run(
                 control::bootstrap_with_retry(&state, c).await?;
             }
             state.set_phase(Phase::Ready);
+            if let Some(c) = state.control() {
+                // With the embedded store this is the only process, so leases
+                // left by a killed predecessor can be dropped at once.
+                let embedded = c.cp.store().backend_name() == "sqlite";
+                let rows = Arc::new(EngineRows::new(state.clone()));
+                c.batches.spawn_worker(rows, embedded);
+            }
             tracing::info!("ready");
             anyhow::Ok(())
         }
@@ -176,6 +184,21 @@ async fn run(
 
 async fn drain_in_flight(state: &AppState, timeout: Duration) {
     state.set_phase(Phase::Draining);
+    // Batch shards stop taking rows, finish those in flight, checkpoint and
+    // release, beside the interactive drain.
+    let batches = async {
+        if let Some(c) = state.control() {
+            c.batches.drain(timeout).await;
+        }
+    };
+    tokio::join!(batches, drain_interactive(state, timeout));
+    if let Some(c) = state.control() {
+        control::record_drained(state, c).await;
+    }
+    tracing::info!("drained");
+}
+
+async fn drain_interactive(state: &AppState, timeout: Duration) {
     let until = Instant::now() + timeout;
     let in_flight = || {
         let s = state.admission.snapshot();
@@ -196,10 +219,6 @@ async fn drain_in_flight(state: &AppState, timeout: Duration) {
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
     }
-    if let Some(c) = state.control() {
-        control::record_drained(state, c).await;
-    }
-    tracing::info!("drained");
 }
 
 /// Loads the model, starts the engine and runs a warm-up generation.

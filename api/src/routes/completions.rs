@@ -144,45 +144,51 @@ async fn run(
     let queue_ms = running.queue.as_millis() as u64;
     let c = generate::collect(&env.id, running, &state, served).await?;
     slot.finished(c.reason.as_str(), &c.usage, &c.timings);
-    let usage = sse::usage_of(&c.usage);
-    let reason = c.reason.as_str().to_string();
     let mut resp = match kind {
-        Kind::Chat => axum::Json(ChatCompletion {
-            id: env.id,
-            object: "chat.completion".into(),
-            created: env.created,
-            model: env.model,
-            system_fingerprint: env.fingerprint,
-            choices: vec![ChatChoice {
-                index: 0,
-                message: ChatMessageOut {
-                    role: "assistant".into(),
-                    content: c.text,
-                },
-                finish_reason: reason,
-                logprobs: None,
-            }],
-            usage,
-        })
-        .into_response(),
-        Kind::Completion => axum::Json(Completion {
-            id: env.id,
-            object: "text_completion".into(),
-            created: env.created,
-            model: env.model,
-            system_fingerprint: env.fingerprint,
-            choices: vec![CompletionChoice {
-                index: 0,
-                text: c.text,
-                finish_reason: Some(reason),
-                logprobs: None,
-            }],
-            usage: Some(Some(usage)),
-        })
-        .into_response(),
+        Kind::Chat => axum::Json(chat_body(env, c)).into_response(),
+        Kind::Completion => axum::Json(completion_body(env, c)).into_response(),
     };
     resp.headers_mut()
         .insert("x-stoker-queue-ms", HeaderValue::from(queue_ms));
     resp.extensions_mut().insert(target.provenance);
     Ok(resp)
+}
+
+/// The `chat.completion` object of a finished request.
+pub fn chat_body(env: Envelope, c: generate::Collected) -> ChatCompletion {
+    ChatCompletion {
+        id: env.id,
+        object: "chat.completion".into(),
+        created: env.created,
+        model: env.model,
+        system_fingerprint: env.fingerprint,
+        choices: vec![ChatChoice {
+            index: 0,
+            message: ChatMessageOut {
+                role: "assistant".into(),
+                content: c.text,
+            },
+            finish_reason: c.reason.as_str().to_string(),
+            logprobs: None,
+        }],
+        usage: sse::usage_of(&c.usage),
+    }
+}
+
+/// The `text_completion` object of a finished request.
+pub fn completion_body(env: Envelope, c: generate::Collected) -> Completion {
+    Completion {
+        id: env.id,
+        object: "text_completion".into(),
+        created: env.created,
+        model: env.model,
+        system_fingerprint: env.fingerprint,
+        choices: vec![CompletionChoice {
+            index: 0,
+            text: c.text,
+            finish_reason: Some(c.reason.as_str().to_string()),
+            logprobs: None,
+        }],
+        usage: Some(Some(sse::usage_of(&c.usage))),
+    }
 }

@@ -2,7 +2,9 @@
 //! passes through (provenance headers, rejection counting, JSON 404/405).
 
 pub mod admin;
+pub mod batches;
 pub mod completions;
+pub mod files;
 pub mod health;
 pub mod models;
 
@@ -11,6 +13,7 @@ pub use health::{live, metrics, ready};
 pub use models::{get_model, list_models};
 
 use axum::Router;
+use axum::extract::DefaultBodyLimit;
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, Method, Uri};
@@ -24,7 +27,20 @@ use crate::reqlog::LogSlot;
 use crate::state::{AppState, Provenance};
 
 pub fn router(state: AppState) -> Router {
+    // Uploads may be as large as the batch file limit, plus multipart framing.
+    let upload_limit = state.config.batch.max_file_bytes.saturating_add(64 << 10);
     Router::new()
+        .route(
+            "/v1/files",
+            post(files::upload)
+                .layer(DefaultBodyLimit::max(upload_limit))
+                .get(files::list),
+        )
+        .route("/v1/files/{id}", get(files::get).delete(files::delete))
+        .route("/v1/files/{id}/content", get(files::content))
+        .route("/v1/batches", post(batches::create).get(batches::list))
+        .route("/v1/batches/{id}", get(batches::get))
+        .route("/v1/batches/{id}/cancel", post(batches::cancel))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(list_models))

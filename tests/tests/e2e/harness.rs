@@ -359,6 +359,18 @@ impl Server {
         );
     }
 
+    /// Ends the process with SIGKILL (what `Child::kill` sends on Unix): no
+    /// drain, no flush, as a crash or a lost machine would end it. Returns once
+    /// it is gone and its stderr is collected.
+    pub async fn kill9(&mut self) -> ExitStatus {
+        if self.try_exit().is_none() {
+            self.child.kill().expect("SIGKILL the server");
+        }
+        self.wait_exit_async(Duration::from_secs(30))
+            .await
+            .unwrap_or_else(|| panic!("stoker (pid {}) survived SIGKILL", self.pid()))
+    }
+
     /// The id of the served model, from `GET /v1/models`.
     pub async fn model_id(&self, key: Option<&str>) -> String {
         let mut req = http().get(self.url("/v1/models"));
