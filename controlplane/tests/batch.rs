@@ -3,7 +3,7 @@
 //! checkpoints, resume after a killed process, cancel, the backlog ceiling,
 //! and refused uploads that leave nothing behind.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

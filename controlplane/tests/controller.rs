@@ -4,7 +4,7 @@
 //! every decision with actor `rollout-controller` and the measured figures.
 
 #[allow(dead_code)]
-mod support;
+use crate::support;
 
 use chrono::Utc;
 use stoker_controlplane::controller::tick;

@@ -1,7 +1,7 @@
 //! The event-store suite: every case runs against SQLite and against a real
 //! Postgres (a fresh database per test), so both backends behave the same.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! from the events, on SQLite and on a fresh Postgres database each. The
 //! rebuilt documents must equal the live ones byte for byte.
 
-mod support;
+use crate::support;
 
 use stoker_controlplane::domain::{ArtifactCheck, ExecutorCommand};
 use stoker_controlplane::projection::{ExecutorStatus, RolloutStatus};

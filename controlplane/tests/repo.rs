@@ -3,7 +3,7 @@
 //! decided on a stale version gets a conflict and writes nothing, and reading a
 //! stream back folds to the state the writer saw.
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use stoker_controlplane::domain::repo::{self, Loaded, RepoError};

@@ -1,7 +1,7 @@
 //! The request-log suite: every case runs against SQLite and against a fresh
 //! Postgres database, so both backends behave the same.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -69,7 +69,6 @@ impl Fixture {
     }
 
     /// A second, independent handle on the same database (another process, say).
-    #[allow(dead_code)] // not every suite that includes this module uses it
     pub async fn reconnect(&self) -> EventStore {
         EventStore::connect(&self.url).await.unwrap()
     }
