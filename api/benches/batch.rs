@@ -44,7 +44,12 @@ fn percentile(v: &mut [f64], p: f64) -> f64 {
 }
 
 /// Rows through the engine's batch lane directly, `conc` in flight.
-async fn engine_rows(engine: Arc<Engine>, rows: usize, conc: usize) -> (Duration, usize) {
+async fn engine_rows(
+    engine: Arc<Engine>,
+    offset: usize,
+    rows: usize,
+    conc: usize,
+) -> (Duration, usize) {
     let t0 = Instant::now();
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut tasks = Vec::new();
@@ -57,7 +62,8 @@ async fn engine_rows(engine: Arc<Engine>, rows: usize, conc: usize) -> (Duration
                 if i >= rows {
                     return tokens;
                 }
-                let ids = engine.tokenizer().encode(&prompt_text(i)).unwrap();
+                // Same digit count as the Batch API's rows: equal prompt lengths.
+                let ids = engine.tokenizer().encode(&prompt_text(offset + i)).unwrap();
                 let req = ValidRequest::new(
                     ids,
                     SamplingParams::greedy(OUTPUT_TOKENS),
@@ -305,10 +311,10 @@ fn main() {
 
         println!("Batch lane: {rows} completion rows, {OUTPUT_TOKENS} output tokens each, greedy, {conc} rows in flight\n");
         // Warm up both paths.
-        engine_rows(engine.clone(), 32, conc).await;
-        let (e_wall, e_tok) = engine_rows(engine.clone(), rows, conc).await;
+        engine_rows(engine.clone(), 900_000, 32, conc).await;
+        let (e_wall, e_tok) = engine_rows(engine.clone(), 100_000, rows, conc).await;
         let t0 = Instant::now();
-        let id = upload(&client, &base, &model, rows, 100_000).await;
+        let id = upload(&client, &base, &model, rows, 300_000).await;
         let b = wait_done(&client, &base, &id).await;
         let b_wall = t0.elapsed();
         assert_eq!(b["status"], "completed", "{b}");
@@ -324,7 +330,7 @@ fn main() {
 
         println!("Interactive headroom: {CHAT_CLIENTS} closed-loop streaming chat clients, {CHAT_OUTPUT} output tokens, {chat_secs} s per phase\n");
         let (alone, a_engine, a_queue) = engine_means(&client, &base, chat_load(&base, &model, chat_secs)).await;
-        let id = upload(&client, &base, &model, rows.max(2000) * 4, 200_000).await;
+        let id = upload(&client, &base, &model, rows.max(2000) * 4, 500_000).await;
         // Let the batch fill the lane before measuring.
         tokio::time::sleep(Duration::from_secs(3)).await;
         let (with_batch, w_engine, w_queue) =

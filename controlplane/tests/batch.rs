@@ -23,6 +23,7 @@ use stoker_controlplane::batch::{
 use stoker_controlplane::service::ControlPlane;
 use stoker_schemas::events::BatchOutcome;
 use support::{Fixture, Kind};
+use tokio::sync::Semaphore;
 
 /// Answers every row after `delay`, tagging the answer with `tag`; rows whose
 /// number is a multiple of `fail_every` get a 400 as the online API would.
@@ -223,6 +224,7 @@ async fn fencing(kind: Kind) {
                 a,
                 &bytes,
                 rx_a,
+                Arc::new(Semaphore::new(4)),
             )
             .await
         })
@@ -262,6 +264,7 @@ async fn fencing(kind: Kind) {
         b_shard,
         &bytes,
         rx_b,
+        Arc::new(Semaphore::new(4)),
     )
     .await
     .unwrap();

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use serde_json::{Value, json};
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 
 use super::shards::{self, Checkpoint, Segment, Shard};
 use super::storage::Storage;
@@ -223,6 +223,9 @@ async fn run_row(
 }
 
 /// Runs a claimed shard from its checkpoint until it is done or told to stop.
+/// Each row in flight holds one of `permits`, which the process's shards
+/// share: the engine sees a steady number of rows while one shard's last rows
+/// finish and the next shard's first ones start.
 #[allow(clippy::too_many_arguments)]
 pub async fn run_shard(
     db: &Db,
@@ -233,6 +236,7 @@ pub async fn run_shard(
     shard: Shard,
     input_bytes: &[u8],
     stop: watch::Receiver<Stop>,
+    permits: Arc<Semaphore>,
 ) -> Result<ShardEnd, BatchError> {
     let rows = input::rows(input_bytes, shard.next_row as usize, shard.end_row as usize)
         .map_err(BatchError::Corrupt)?;
@@ -255,7 +259,17 @@ pub async fn run_shard(
                 body: line.body,
             };
             let run = run_row(exec.clone(), row, stop.clone());
-            async move { (i, run.await) }
+            let (permits, gate) = (permits.clone(), stop.clone());
+            async move {
+                let Ok(_permit) = permits.acquire_owned().await else {
+                    return (i, None);
+                };
+                // Told to stop while waiting for a slot: do not start.
+                if *gate.borrow() != Stop::Run {
+                    return (i, None);
+                }
+                (i, run.await)
+            }
         })
         .buffer_unordered(cfg.row_concurrency.max(1));
     let mut feed = std::pin::pin!(feed);

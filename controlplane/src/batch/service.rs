@@ -28,7 +28,10 @@ pub struct BatchSettings {
     /// Estimated tokens that all open batches together may hold.
     pub max_backlog_tokens: u64,
     pub runner: RunnerConfig,
-    /// Shards this process runs at once.
+    /// Shards this process runs at once, plus one spare: their rows share
+    /// `row_concurrency × max_running_shards` slots (at most `row_concurrency`
+    /// per shard), so the spare keeps the slots busy while another shard's
+    /// last rows finish.
     pub max_running_shards: usize,
     /// How often the worker looks for work.
     pub poll_interval: Duration,
@@ -90,6 +93,8 @@ pub(super) struct Inner {
     pub wake: Notify,
     /// No new shard work (draining).
     pub draining: std::sync::atomic::AtomicBool,
+    /// Rows in the engine's batch lane at once, across this process's shards.
+    pub permits: Arc<tokio::sync::Semaphore>,
 }
 
 /// A cheap-to-clone handle on the batch path.
@@ -124,6 +129,9 @@ impl Batches {
             inputs: Mutex::new(HashMap::new()),
             wake: Notify::new(),
             draining: std::sync::atomic::AtomicBool::new(false),
+            permits: Arc::new(tokio::sync::Semaphore::new(
+                settings.runner.row_concurrency.max(1) * settings.max_running_shards.max(1),
+            )),
         }))
     }
 

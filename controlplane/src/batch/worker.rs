@@ -120,7 +120,10 @@ impl Batches {
             .iter()
             .filter(|s| !s.done && !local.contains(&s.shard_no))
         {
-            if self.running_shards() >= self.0.settings.max_running_shards {
+            // One spare shard beyond the limit may run; the shared row slots
+            // bound the engine's load, and the spare fills the slots that a
+            // finishing shard's tail leaves idle.
+            if self.running_shards() > self.0.settings.max_running_shards {
                 break;
             }
             if s.owner.is_some() && s.lease_until >= now {
@@ -220,6 +223,7 @@ impl Batches {
                 shard,
                 &input,
                 rx,
+                this.0.permits.clone(),
             )
             .await;
             match r {
