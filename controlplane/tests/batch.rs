@@ -604,3 +604,47 @@ async fn an_expired_batch_ends_with_every_row_named() {
     let l = worker_batches.get("acme", id).await.unwrap();
     assert_eq!((l.completed, l.failed), (0, 30));
 }
+
+/// SIGTERM: the worker stops taking shards, lets rows in flight finish,
+/// commits and releases; the next process resumes at the checkpoints.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_commits_releases_and_the_next_process_resumes() {
+    let e = env(Kind::Sqlite, settings(20)).await;
+    let b = &e.batches;
+    let id = submit(b, 200).await;
+    let exec = Fake::new("first", 30);
+    b.spawn_worker(exec.clone(), true);
+    let until = Instant::now() + Duration::from_secs(30);
+    while b.get("acme", &id).await.unwrap().completed < 20 {
+        assert!(Instant::now() < until, "no progress");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    b.drain(Duration::from_secs(5)).await;
+    assert_eq!(b.running_shards(), 0, "every runner ended");
+    let db = e.fx.store.db();
+    let shards = shards::list(&db, &id).await.unwrap();
+    assert!(
+        shards
+            .iter()
+            .all(|s| s.owner.is_none() && s.lease_until == 0),
+        "every shard released: {shards:?}"
+    );
+    let committed: u64 = shards.iter().map(|s| s.next_row - s.first_row).sum();
+    let started = exec.calls.load(Ordering::SeqCst) as u64;
+    assert!((20..200).contains(&committed), "{committed} committed");
+    // Rows in flight at the drain finished and were committed, not dropped.
+    assert_eq!(committed, started, "every started row was committed");
+    let next = open(&e.fx.store, &e.dir, settings(20), "proc-2").await;
+    next.spawn_worker(Fake::new("second", 1), true);
+    wait_status(&next, &id, "completed", Duration::from_secs(30)).await;
+    let all = results(&next, &id).await;
+    assert_eq!(all.len(), 200);
+    let firsts = all
+        .values()
+        .filter(|v| v["response"]["body"]["tag"] == "first")
+        .count() as u64;
+    assert_eq!(
+        firsts, committed,
+        "the first process's rows are kept, not redone"
+    );
+}

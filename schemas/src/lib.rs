@@ -1,10 +1,12 @@
 //! Contract types shared across stoker processes: the OpenAI wire format the
-//! API speaks, the control-plane event payloads, and (later) the messages
+//! API speaks (chat and completions in `openai`, files and batches in
+//! `batch`), the control-plane event payloads, and (later) the messages
 //! executors and the control plane exchange. The OpenAI types derive
 //! `utoipa::ToSchema` so the checked-in `openapi.json` is generated from these
 //! definitions; the event payloads derive `schemars::JsonSchema` for the
 //! checked-in `events/*.schema.json`.
 
+pub mod batch;
 pub mod error;
 pub mod events;
 pub mod openai;

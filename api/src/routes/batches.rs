@@ -9,8 +9,10 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
-use serde_json::{Value, json};
 use stoker_controlplane::batch::{CreateBatch, Listed};
+use stoker_schemas::batch::{
+    Batch, BatchError, BatchErrors, BatchList, BatchRequestCounts, CreateBatchRequest,
+};
 
 use super::files::batches;
 use crate::auth::{Principal, Scope};
@@ -23,62 +25,54 @@ const MAX_METADATA: usize = 16;
 const MAX_METADATA_KEY: usize = 64;
 const MAX_METADATA_VALUE: usize = 512;
 
-#[derive(Debug, Deserialize)]
-pub struct CreateBody {
-    pub input_file_id: String,
-    pub endpoint: String,
-    pub completion_window: String,
-    #[serde(default)]
-    pub metadata: Option<BTreeMap<String, String>>,
-}
-
-fn ts(t: Option<DateTime<Utc>>) -> Value {
-    t.map(|t| Value::from(t.timestamp())).unwrap_or(Value::Null)
+fn ts(t: Option<DateTime<Utc>>) -> Option<i64> {
+    t.map(|t| t.timestamp())
 }
 
 /// The OpenAI `batch` object.
-pub fn batch_object(l: &Listed) -> Value {
+pub fn batch_object(l: &Listed) -> Batch {
     let v = &l.view;
     let when = |status: &str| {
         if v.status == status {
             ts(v.ended_at)
         } else {
-            Value::Null
+            None
         }
     };
-    let errors = match &v.error {
-        Some((code, message)) => json!({
-            "object": "list",
-            "data": [{"code": code, "message": message, "param": Value::Null, "line": Value::Null}],
+    Batch {
+        id: v.batch_id.clone(),
+        object: "batch".into(),
+        endpoint: v.endpoint.clone(),
+        errors: v.error.as_ref().map(|(code, message)| BatchErrors {
+            object: "list".into(),
+            data: vec![BatchError {
+                code: code.clone(),
+                message: message.clone(),
+                param: None,
+                line: None,
+            }],
         }),
-        None => Value::Null,
-    };
-    json!({
-        "id": v.batch_id,
-        "object": "batch",
-        "endpoint": v.endpoint,
-        "errors": errors,
-        "input_file_id": v.input_file_id,
-        "completion_window": v.completion_window,
-        "status": v.status,
-        "output_file_id": v.output_file_id,
-        "error_file_id": v.error_file_id,
-        "created_at": v.created_at.timestamp(),
-        "in_progress_at": ts(v.in_progress_at),
-        "expires_at": v.expires_at,
-        "finalizing_at": ts(v.finalizing_at),
-        "completed_at": when("completed"),
-        "failed_at": when("failed"),
-        "expired_at": when("expired"),
-        "cancelling_at": ts(v.cancelling_at),
-        "cancelled_at": when("cancelled"),
-        "request_counts": {
-            "total": v.total_rows,
-            "completed": l.completed,
-            "failed": l.failed,
+        input_file_id: v.input_file_id.clone(),
+        completion_window: v.completion_window.clone(),
+        status: v.status.clone(),
+        output_file_id: v.output_file_id.clone(),
+        error_file_id: v.error_file_id.clone(),
+        created_at: v.created_at.timestamp(),
+        in_progress_at: ts(v.in_progress_at),
+        expires_at: Some(v.expires_at),
+        finalizing_at: ts(v.finalizing_at),
+        completed_at: when("completed"),
+        failed_at: when("failed"),
+        expired_at: when("expired"),
+        cancelling_at: ts(v.cancelling_at),
+        cancelled_at: when("cancelled"),
+        request_counts: BatchRequestCounts {
+            total: v.total_rows,
+            completed: l.completed,
+            failed: l.failed,
         },
-        "metadata": if v.metadata.is_empty() { Value::Null } else { json!(v.metadata) },
-    })
+        metadata: (!v.metadata.is_empty()).then(|| v.metadata.clone()),
+    }
 }
 
 fn check_metadata(m: &BTreeMap<String, String>) -> Result<(), ApiError> {
@@ -102,11 +96,23 @@ fn check_metadata(m: &BTreeMap<String, String>) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// `POST /v1/batches`.
+/// Creates a batch over an uploaded file.
+#[utoipa::path(
+    post,
+    path = "/v1/batches",
+    tag = "batch",
+    request_body = CreateBatchRequest,
+    responses(
+        (status = 200, description = "The batch, already in_progress", body = Batch),
+        (status = 400, description = "Bad endpoint, window or metadata; lines whose url differs (named); a batch larger than the whole backlog", body = stoker_schemas::error::ErrorBody),
+        (status = 404, description = "Unknown input file (`file_not_found`)", body = stoker_schemas::error::ErrorBody),
+        (status = 429, description = "The backlog of open batches is full (`batch_backlog_full`); see Retry-After", body = stoker_schemas::error::ErrorBody),
+    )
+)]
 pub async fn create(
     State(state): State<AppState>,
     principal: Principal,
-    ApiJson(body): ApiJson<CreateBody>,
+    ApiJson(body): ApiJson<CreateBatchRequest>,
 ) -> Result<Response, ApiError> {
     principal.require(Scope::Batch)?;
     let metadata = body.metadata.unwrap_or_default();
@@ -123,7 +129,17 @@ pub async fn create(
     Ok(axum::Json(batch_object(&l)).into_response())
 }
 
-/// `GET /v1/batches/{id}`.
+/// One batch, with its live row counts.
+#[utoipa::path(
+    get,
+    path = "/v1/batches/{id}",
+    tag = "batch",
+    params(("id" = String, Path)),
+    responses(
+        (status = 200, description = "The batch", body = Batch),
+        (status = 404, description = "No such batch for this tenant (`batch_not_found`)", body = stoker_schemas::error::ErrorBody),
+    )
+)]
 pub async fn get(
     State(state): State<AppState>,
     principal: Principal,
@@ -140,7 +156,18 @@ pub struct ListQuery {
     pub limit: Option<usize>,
 }
 
-/// `GET /v1/batches`: newest first, `after` a batch id, `limit` 1 to 100.
+/// The caller's batches, newest first; `after` a batch id, `limit` 1 to 100.
+#[utoipa::path(
+    get,
+    path = "/v1/batches",
+    tag = "batch",
+    params(("after" = Option<String>, Query), ("limit" = Option<usize>, Query)),
+    responses(
+        (status = 200, description = "A page of batches", body = BatchList),
+        (status = 400, description = "A limit outside 1 to 100", body = stoker_schemas::error::ErrorBody),
+        (status = 404, description = "`after` names no batch", body = stoker_schemas::error::ErrorBody),
+    )
+)]
 pub async fn list(
     State(state): State<AppState>,
     principal: Principal,
@@ -160,18 +187,28 @@ pub async fn list(
     let (page, has_more) = batches(&state)?
         .list(&principal.tenant, q.after.as_deref(), limit)
         .await?;
-    let data: Vec<Value> = page.iter().map(batch_object).collect();
-    Ok(axum::Json(json!({
-        "object": "list",
-        "first_id": page.first().map(|l| l.view.batch_id.clone()),
-        "last_id": page.last().map(|l| l.view.batch_id.clone()),
-        "has_more": has_more,
-        "data": data,
-    }))
+    Ok(axum::Json(BatchList {
+        object: "list".into(),
+        first_id: page.first().map(|l| l.view.batch_id.clone()),
+        last_id: page.last().map(|l| l.view.batch_id.clone()),
+        has_more,
+        data: page.iter().map(batch_object).collect(),
+    })
     .into_response())
 }
 
-/// `POST /v1/batches/{id}/cancel`: running rows stop, completed ones are kept.
+/// Cancels a batch: running rows stop, completed ones are kept.
+#[utoipa::path(
+    post,
+    path = "/v1/batches/{id}/cancel",
+    tag = "batch",
+    params(("id" = String, Path)),
+    responses(
+        (status = 200, description = "The batch, cancelling", body = Batch),
+        (status = 404, description = "No such batch (`batch_not_found`)", body = stoker_schemas::error::ErrorBody),
+        (status = 409, description = "The batch has already ended", body = stoker_schemas::error::ErrorBody),
+    )
+)]
 pub async fn cancel(
     State(state): State<AppState>,
     principal: Principal,

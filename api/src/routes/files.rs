@@ -6,9 +6,9 @@ use axum::extract::{Multipart, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use serde_json::{Value, json};
 use stoker_controlplane::batch::Batches;
 use stoker_controlplane::batch::files::FileRecord;
+use stoker_schemas::batch::{FileDeleted, FileList, FileObject};
 
 use crate::auth::{Principal, Scope};
 use crate::error::ApiError;
@@ -26,18 +26,18 @@ pub(crate) fn batches(state: &AppState) -> Result<&Batches, ApiError> {
 }
 
 /// The OpenAI `file` object.
-pub fn file_object(f: &FileRecord) -> Value {
-    json!({
-        "id": f.id,
-        "object": "file",
-        "bytes": f.bytes,
-        "created_at": f.created_at / 1000,
-        "filename": f.filename,
-        "purpose": f.purpose,
-        "status": "processed",
-        "status_details": Value::Null,
-        "expires_at": Value::Null,
-    })
+pub fn file_object(f: &FileRecord) -> FileObject {
+    FileObject {
+        id: f.id.clone(),
+        object: "file".into(),
+        bytes: f.bytes,
+        created_at: f.created_at / 1000,
+        filename: f.filename.clone(),
+        purpose: f.purpose.clone(),
+        status: "processed".into(),
+        status_details: None,
+        expires_at: None,
+    }
 }
 
 fn multipart_error(e: axum::extract::multipart::MultipartError, limit: usize) -> ApiError {
@@ -51,7 +51,19 @@ fn multipart_error(e: axum::extract::multipart::MultipartError, limit: usize) ->
     }
 }
 
-/// `POST /v1/files`: upload a batch input file.
+/// Upload a batch input file (`purpose=batch`); every line is checked first.
+#[utoipa::path(
+    post,
+    path = "/v1/files",
+    tag = "batch",
+    request_body(content = stoker_schemas::batch::FileUpload, content_type = "multipart/form-data"),
+    responses(
+        (status = 200, description = "The stored file", body = FileObject),
+        (status = 400, description = "Wrong purpose, missing part, or invalid lines (named by number)", body = stoker_schemas::error::ErrorBody),
+        (status = 403, description = "Key lacks the batch scope", body = stoker_schemas::error::ErrorBody),
+        (status = 413, description = "Larger than batch.max_file_bytes", body = stoker_schemas::error::ErrorBody),
+    )
+)]
 pub async fn upload(
     State(state): State<AppState>,
     principal: Principal,
@@ -115,7 +127,15 @@ pub struct ListQuery {
     pub purpose: Option<String>,
 }
 
-/// `GET /v1/files`: the caller's files, newest first.
+/// The caller's files, newest first.
+#[utoipa::path(
+    get,
+    path = "/v1/files",
+    tag = "batch",
+    params(("purpose" = Option<String>, Query, description = "Only files of this purpose"),
+           ("limit" = Option<u32>, Query, description = "At most this many (1 to 10000)")),
+    responses((status = 200, description = "The files", body = FileList))
+)]
 pub async fn list(
     State(state): State<AppState>,
     principal: Principal,
@@ -124,15 +144,30 @@ pub async fn list(
     principal.require(Scope::Batch)?;
     let limit = q.limit.unwrap_or(10_000).clamp(1, 10_000);
     let files = batches(&state)?.files(&principal.tenant, limit).await?;
-    let data: Vec<Value> = files
+    let data = files
         .iter()
         .filter(|f| q.purpose.as_deref().is_none_or(|p| p == f.purpose))
         .map(file_object)
         .collect();
-    Ok(axum::Json(json!({"object": "list", "data": data, "has_more": false})).into_response())
+    Ok(axum::Json(FileList {
+        object: "list".into(),
+        data,
+        has_more: false,
+    })
+    .into_response())
 }
 
-/// `GET /v1/files/{id}`.
+/// One file's metadata.
+#[utoipa::path(
+    get,
+    path = "/v1/files/{id}",
+    tag = "batch",
+    params(("id" = String, Path)),
+    responses(
+        (status = 200, description = "The file", body = FileObject),
+        (status = 404, description = "No such file for this tenant (`file_not_found`)", body = stoker_schemas::error::ErrorBody),
+    )
+)]
 pub async fn get(
     State(state): State<AppState>,
     principal: Principal,
@@ -143,7 +178,17 @@ pub async fn get(
     Ok(axum::Json(file_object(&f)).into_response())
 }
 
-/// `GET /v1/files/{id}/content`: the bytes as uploaded or written.
+/// The file's bytes as uploaded or written (JSONL).
+#[utoipa::path(
+    get,
+    path = "/v1/files/{id}/content",
+    tag = "batch",
+    params(("id" = String, Path)),
+    responses(
+        (status = 200, description = "The JSONL content", content_type = "application/jsonl", body = String),
+        (status = 404, description = "No such file (`file_not_found`)", body = stoker_schemas::error::ErrorBody),
+    )
+)]
 pub async fn content(
     State(state): State<AppState>,
     principal: Principal,
@@ -161,7 +206,18 @@ pub async fn content(
     Ok(resp)
 }
 
-/// `DELETE /v1/files/{id}`: refused (409) while an open batch reads it.
+/// Deletes a file; refused (409 `conflict`) while an open batch reads it.
+#[utoipa::path(
+    delete,
+    path = "/v1/files/{id}",
+    tag = "batch",
+    params(("id" = String, Path)),
+    responses(
+        (status = 200, description = "Deleted", body = FileDeleted),
+        (status = 404, description = "No such file (`file_not_found`)", body = stoker_schemas::error::ErrorBody),
+        (status = 409, description = "An open batch reads it", body = stoker_schemas::error::ErrorBody),
+    )
+)]
 pub async fn delete(
     State(state): State<AppState>,
     principal: Principal,
@@ -169,5 +225,10 @@ pub async fn delete(
 ) -> Result<Response, ApiError> {
     principal.require(Scope::Batch)?;
     batches(&state)?.delete_file(&principal.tenant, &id).await?;
-    Ok(axum::Json(json!({"id": id, "object": "file", "deleted": true})).into_response())
+    Ok(axum::Json(FileDeleted {
+        id,
+        object: "file".into(),
+        deleted: true,
+    })
+    .into_response())
 }

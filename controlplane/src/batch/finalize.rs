@@ -8,7 +8,8 @@
 
 use std::collections::HashSet;
 
-use serde_json::{Value, json};
+use serde_json::Value;
+use stoker_schemas::batch::{BatchLineError, BatchOutputLine};
 use stoker_schemas::events::BatchOutcome;
 
 use super::files::{self, FileRecord};
@@ -41,12 +42,16 @@ fn unrun_line(custom_id: &str, outcome: BatchOutcome) -> Value {
         ),
         _ => ("batch_expired", "the batch expired before this request ran"),
     };
-    json!({
-        "id": format!("batch_req_{}", uuid::Uuid::new_v4().simple()),
-        "custom_id": custom_id,
-        "response": Value::Null,
-        "error": {"code": code, "message": message},
-    })
+    let line = BatchOutputLine {
+        id: format!("batch_req_{}", uuid::Uuid::new_v4().simple()),
+        custom_id: custom_id.to_owned(),
+        response: None,
+        error: Some(BatchLineError {
+            code: code.to_owned(),
+            message: message.to_owned(),
+        }),
+    };
+    serde_json::to_value(line).expect("output lines serialize")
 }
 
 /// Assembles and writes the result files of `batch_id`.

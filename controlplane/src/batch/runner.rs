@@ -17,7 +17,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use serde_json::{Value, json};
+use serde_json::Value;
+use stoker_schemas::batch::{BatchOutputLine, BatchResponse};
 use tokio::sync::{Semaphore, watch};
 
 use super::shards::{self, Checkpoint, Segment, Shard};
@@ -101,16 +102,17 @@ pub fn segment_key(batch_id: &str, shard_no: u64, epoch: u64, from: u64, to: u64
 
 /// The output-file line of one answered row.
 pub fn output_line(custom_id: &str, status_code: u16, request_id: &str, body: Value) -> Value {
-    json!({
-        "id": format!("batch_req_{}", uuid::Uuid::new_v4().simple()),
-        "custom_id": custom_id,
-        "response": {
-            "status_code": status_code,
-            "request_id": request_id,
-            "body": body,
-        },
-        "error": Value::Null,
-    })
+    let line = BatchOutputLine {
+        id: format!("batch_req_{}", uuid::Uuid::new_v4().simple()),
+        custom_id: custom_id.to_owned(),
+        response: Some(BatchResponse {
+            status_code,
+            request_id: request_id.to_owned(),
+            body,
+        }),
+        error: None,
+    };
+    serde_json::to_value(line).expect("output lines serialize")
 }
 
 /// Whether an output line goes to the output file (200) or the error file.
