@@ -7,17 +7,25 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
+/// Where a client command finds the server, shared by `stoker admin` and
+/// `stoker batch`.
 #[derive(Args, Debug)]
-pub struct AdminArgs {
+pub struct ServerArgs {
     /// Base URL of the stoker server.
     #[arg(long, env = "STOKER_URL", default_value = "http://127.0.0.1:8080")]
     pub url: String,
-    /// API key with the admin scope.
+    /// API key with the command's scope (`admin` or `batch`).
     #[arg(long, env = "STOKER_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
     /// Print the server's JSON instead of a table.
     #[arg(long, global = true)]
     pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct AdminArgs {
+    #[command(flatten)]
+    pub server: ServerArgs,
     #[command(subcommand)]
     pub command: AdminCommand,
 }
@@ -547,7 +555,7 @@ fn render(v: &Value, shape: &Shape) -> String {
 
 /// Runs one admin command; prints the result or the server's error.
 pub async fn run(args: AdminArgs) -> ExitCode {
-    let json_out = args.json;
+    let json_out = args.server.json;
     let (call, shape) = match plan(args.command) {
         Ok(p) => p,
         Err(e) => {
@@ -556,13 +564,13 @@ pub async fn run(args: AdminArgs) -> ExitCode {
         }
     };
     let client = reqwest::Client::new();
-    let base = args.url.trim_end_matches('/');
+    let base = args.server.url.trim_end_matches('/');
     let mut req = match call {
         Call::Get(p, q) => client.get(format!("{base}{p}")).query(&q),
         Call::Post(p, b) => client.post(format!("{base}{p}")).json(&b),
         Call::Put(p, b) => client.put(format!("{base}{p}")).json(&b),
     };
-    if let Some(k) = &args.api_key {
+    if let Some(k) = &args.server.api_key {
         req = req.bearer_auth(k);
     }
     let resp = match req.send().await {

@@ -21,7 +21,7 @@ use clap::{Args, Subcommand};
 use futures_util::StreamExt;
 use serde_json::{Map, Value, json};
 
-use crate::admin_cli::{cell, enc, table};
+use crate::admin_cli::{ServerArgs, cell, enc, table};
 
 /// The endpoint of a submitted file whose first line names none.
 const DEFAULT_ENDPOINT: &str = "/v1/chat/completions";
@@ -42,15 +42,8 @@ const MAX_METADATA_VALUE: usize = 512;
 
 #[derive(Args, Debug)]
 pub struct BatchArgs {
-    /// Base URL of the stoker server.
-    #[arg(long, env = "STOKER_URL", default_value = "http://127.0.0.1:8080")]
-    pub url: String,
-    /// API key with the batch scope.
-    #[arg(long, env = "STOKER_API_KEY", hide_env_values = true)]
-    pub api_key: Option<String>,
-    /// Print the server's JSON instead of a table.
-    #[arg(long, global = true)]
-    pub json: bool,
+    #[command(flatten)]
+    pub server: ServerArgs,
     #[command(subcommand)]
     pub command: BatchCommand,
 }
@@ -536,8 +529,8 @@ fn print_json(v: &Value) {
 
 /// Runs one batch command; prints the result or the error.
 pub async fn run(args: BatchArgs) -> ExitCode {
-    let json_out = args.json;
-    let result = match Api::new(&args.url, args.api_key) {
+    let json_out = args.server.json;
+    let result = match Api::new(&args.server.url, args.server.api_key) {
         Ok(api) => dispatch(&api, args.command, json_out).await,
         Err(e) => Err(e),
     };
