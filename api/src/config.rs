@@ -172,6 +172,10 @@ pub struct AdmissionConfig {
     pub max_waiting_tokens: usize,
     /// Retry-After is clamped to this many seconds.
     pub max_retry_after_secs: u64,
+    /// With a capacity profile in force, a request whose prompt or output
+    /// passes this many times the profile's p95 counts as out of envelope
+    /// (`stoker_out_of_envelope_requests_total`).
+    pub out_of_envelope_factor: f64,
 }
 
 impl Default for AdmissionConfig {
@@ -180,6 +184,7 @@ impl Default for AdmissionConfig {
             max_waiting_requests: 256,
             max_waiting_tokens: 256 * 1024,
             max_retry_after_secs: 60,
+            out_of_envelope_factor: 4.0,
         }
     }
 }
@@ -309,6 +314,12 @@ impl Config {
         if !(0.0..1.0).contains(&self.engine.interactive_reserve_share) {
             return Err(ConfigError::Invalid(
                 "engine.interactive_reserve_share must be in [0, 1)".into(),
+            ));
+        }
+        let f = self.admission.out_of_envelope_factor;
+        if !(f.is_finite() && f > 1.0) {
+            return Err(ConfigError::Invalid(
+                "admission.out_of_envelope_factor must be a finite number above 1".into(),
             ));
         }
         if !matches!(self.log_format.as_str(), "text" | "json") {

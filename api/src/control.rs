@@ -101,6 +101,33 @@ pub fn spawn_background(c: &Control, config: &Config) {
     }
 }
 
+/// Puts in force the capacity profile recorded for the primary artifact (or
+/// the static limits when there is none). Reads only the in-memory views.
+pub async fn apply_capacity_profile(state: &AppState) {
+    let (Some(c), Some(served)) = (state.control(), state.served()) else {
+        return;
+    };
+    let views = c.cp.views().await;
+    state
+        .admission
+        .set_profile(crate::envelope::select(&views, &served.provenance.sha256));
+}
+
+/// Re-applies the capacity profile after each read-model refresh, so a
+/// profile recorded by another API instance takes effect here too.
+pub fn spawn_profile_watch(state: &AppState) {
+    let every = Duration::from_millis(state.config.control.refresh_interval_ms.max(50));
+    let state = state.clone();
+    tokio::spawn(async move {
+        let mut t = tokio::time::interval(every);
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            t.tick().await;
+            apply_capacity_profile(&state).await;
+        }
+    });
+}
+
 /// The limits a new deployment gets from what the primary model serves.
 pub fn default_limits(config: &Config, l: &RequestLimits) -> DeploymentLimits {
     DeploymentLimits {

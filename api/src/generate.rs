@@ -56,6 +56,9 @@ pub async fn start(
         max_tokens: prepared.max_tokens(),
         deadline,
     };
+    if let Some(why) = state.admission.out_of_envelope(&demand) {
+        served.metrics.record_out_of_envelope(why.as_str());
+    }
     let stats = served.engine.stats();
     let ticket = state.admission.admit(demand, &stats)?;
     submit(state, served, prepared, Some(ticket)).await

@@ -1,6 +1,7 @@
 //! `stoker`: the composition root. `serve` wires the embedded default
 //! together in one process; `admin` operates a running server; `batch`
-//! submits and follows batch jobs on one; `openapi` prints the API document.
+//! submits and follows batch jobs on one; `bench` measures one under load;
+//! `openapi` prints the API document.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -30,6 +31,8 @@ enum Command {
     Admin(stoker_api::admin_cli::AdminArgs),
     /// Submit and follow OpenAI batch jobs on a running server
     Batch(stoker_api::batch_cli::BatchArgs),
+    /// Measure a server under load, find its knee, record a capacity profile.
+    Bench(stoker_api::bench::BenchArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -64,6 +67,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(args),
         Command::Admin(args) => client(stoker_api::admin_cli::run(args)),
         Command::Batch(args) => client(stoker_api::batch_cli::run(args)),
+        Command::Bench(args) => bench(args),
     }
 }
 
@@ -74,6 +78,22 @@ fn client(command: impl std::future::Future<Output = ExitCode>) -> ExitCode {
         .build()
     {
         Ok(rt) => rt.block_on(command),
+        Err(e) => {
+            eprintln!("stoker: starting the runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The load generator gets worker threads of its own: parsing streams on the
+/// one thread that also times them would skew what it measures.
+fn bench(args: stoker_api::bench::BenchArgs) -> ExitCode {
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("stoker-bench")
+        .build()
+    {
+        Ok(rt) => rt.block_on(stoker_api::bench::run(args)),
         Err(e) => {
             eprintln!("stoker: starting the runtime: {e}");
             ExitCode::FAILURE

@@ -40,6 +40,13 @@ pub struct FinishLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EnvelopeLabels {
+    pub model: String,
+    pub revision: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RejectLabels {
     pub model: String,
     pub revision: String,
@@ -81,6 +88,7 @@ pub struct Metrics {
     prefix_queries: Family<ModelLabels, Counter>,
     prefix_hits: Family<ModelLabels, Counter>,
     rejected: Family<RejectLabels, Counter>,
+    out_of_envelope: Family<EnvelopeLabels, Counter>,
     edge_waiting: Family<ModelLabels, Gauge>,
     /// Engine counters as last copied, to turn totals into increments.
     last: Mutex<EngineStats>,
@@ -125,6 +133,7 @@ impl Metrics {
             prefix_queries: Family::default(),
             prefix_hits: Family::default(),
             rejected: Family::default(),
+            out_of_envelope: Family::default(),
             edge_waiting: Family::default(),
             last: Mutex::new(EngineStats::default()),
             registry: Registry::default(),
@@ -210,6 +219,11 @@ impl Metrics {
             m.rejected.clone(),
         );
         registry.register(
+            "out_of_envelope_requests",
+            "Requests far outside the capacity profile's measured workload, by reason",
+            m.out_of_envelope.clone(),
+        );
+        registry.register(
             "api_requests_waiting",
             "Requests admitted at the edge and not yet scheduled",
             m.edge_waiting.clone(),
@@ -231,6 +245,17 @@ impl Metrics {
                 model: self.model.model.clone(),
                 revision: self.model.revision.clone(),
                 code: code.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts a request outside the capacity profile's measured workload.
+    pub fn record_out_of_envelope(&self, reason: &str) {
+        self.out_of_envelope
+            .get_or_create(&EnvelopeLabels {
+                model: self.model.model.clone(),
+                revision: self.model.revision.clone(),
+                reason: reason.to_string(),
             })
             .inc();
     }

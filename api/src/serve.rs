@@ -118,6 +118,10 @@ async fn run(
             if let Some(c) = state.control() {
                 control::bootstrap_with_retry(&state, c).await?;
             }
+            // Admission follows the revision's capacity profile from the
+            // first request on, and picks up new recordings as they land.
+            control::apply_capacity_profile(&state).await;
+            control::spawn_profile_watch(&state);
             state.set_phase(Phase::Ready);
             if let Some(c) = state.control() {
                 // With the embedded store this is the only process, so leases

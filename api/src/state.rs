@@ -156,6 +156,7 @@ impl AppState {
             max_retry_after: std::time::Duration::from_secs(
                 config.admission.max_retry_after_secs.max(1),
             ),
+            out_of_envelope_factor: config.admission.out_of_envelope_factor,
         });
         let (hard_stop, _) = watch::channel(false);
         AppState(Arc::new(Inner {

@@ -57,6 +57,26 @@ struct Common<'a> {
     presence_penalty: Option<f64>,
     frequency_penalty: Option<f64>,
     logit_bias: Option<&'a Value>,
+    service_tier: Option<&'a str>,
+    ignore_eos: Option<bool>,
+}
+
+/// `service_tier`: `flex` runs in the batch lane (it yields to interactive
+/// traffic and skips edge admission); `auto`, `default` and none are
+/// interactive. Anything else is refused by name rather than served at a
+/// tier the client did not ask for.
+fn lane_of(tier: Option<&str>) -> Result<Lane, ApiError> {
+    match tier {
+        None | Some("auto") | Some("default") => Ok(Lane::Interactive),
+        Some("flex") => Ok(Lane::Batch),
+        Some(other) => Err(ApiError::invalid(
+            format!(
+                "`service_tier` must be one of auto, default, flex; got `{}`",
+                truncate(other, 32)
+            ),
+            "service_tier",
+        )),
+    }
 }
 
 pub(crate) fn truncate(s: &str, max: usize) -> String {
@@ -129,7 +149,7 @@ fn common_params(c: &Common<'_>) -> Result<SamplingParams, ApiError> {
         max_tokens: 0,
         stop,
         stop_token_ids: Vec::new(),
-        stop_at_eos: true,
+        stop_at_eos: !c.ignore_eos.unwrap_or(false),
     })
 }
 
@@ -152,6 +172,7 @@ fn finish(
     default_max: Option<usize>,
     stream: bool,
     include_usage: Option<bool>,
+    lane: Lane,
     tenant: &str,
     t: &Target,
 ) -> Result<Prepared, ApiError> {
@@ -181,13 +202,7 @@ fn finish(
         }
         .into());
     }
-    let request = ValidRequest::new(
-        prompt,
-        params,
-        Lane::Interactive,
-        TenantId(tenant.to_string()),
-        l,
-    )?;
+    let request = ValidRequest::new(prompt, params, lane, TenantId(tenant.to_string()), l)?;
     Ok(Prepared {
         request,
         stream,
@@ -223,8 +238,11 @@ pub fn chat(req: ChatCompletionRequest, tenant: &str, t: &Target) -> Result<Prep
         presence_penalty: req.presence_penalty,
         frequency_penalty: req.frequency_penalty,
         logit_bias: req.logit_bias.as_ref(),
+        service_tier: req.service_tier.as_deref(),
+        ignore_eos: req.ignore_eos,
     };
     let params = common_params(&c)?;
+    let lane = lane_of(c.service_tier)?;
     let not_null = |v: &Option<Value>| v.as_ref().is_some_and(|v| !v.is_null());
     if not_null(&req.tools)
         && req
@@ -350,6 +368,7 @@ pub fn chat(req: ChatCompletionRequest, tenant: &str, t: &Target) -> Result<Prep
         None,
         c.stream.unwrap_or(false),
         c.include_usage,
+        lane,
         tenant,
         t,
     )
@@ -369,8 +388,11 @@ pub fn completion(req: CompletionRequest, tenant: &str, t: &Target) -> Result<Pr
         presence_penalty: req.presence_penalty,
         frequency_penalty: req.frequency_penalty,
         logit_bias: req.logit_bias.as_ref(),
+        service_tier: req.service_tier.as_deref(),
+        ignore_eos: req.ignore_eos,
     };
     let params = common_params(&c)?;
+    let lane = lane_of(c.service_tier)?;
     if req.best_of.is_some_and(|b| b > 1) {
         return Err(ApiError::unsupported("best_of", "best_of > 1"));
     }
@@ -424,6 +446,7 @@ pub fn completion(req: CompletionRequest, tenant: &str, t: &Target) -> Result<Pr
         Some(COMPLETION_DEFAULT_MAX_TOKENS),
         c.stream.unwrap_or(false),
         c.include_usage,
+        lane,
         tenant,
         t,
     )

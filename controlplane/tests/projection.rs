@@ -101,6 +101,8 @@ async fn history(cp: &ControlPlane) -> String {
         throughput_tok_s: 300.0,
         prefill_tok_s: Some(2000.0),
         decode_tok_s: None,
+        prompt_tokens_p95: None,
+        output_tokens_p95: None,
     };
     cp.record_capacity_profile("d1", "b", "chat", env, &alice)
         .await

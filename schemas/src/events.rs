@@ -302,6 +302,13 @@ pub struct CapacityEnvelope {
     pub prefill_tok_s: Option<f64>,
     #[serde(default)]
     pub decode_tok_s: Option<f64>,
+    /// The 95th percentile of prompt tokens in the measured workload; traffic
+    /// far past it is counted as out of envelope.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_p95: Option<u64>,
+    /// The 95th percentile of output tokens in the measured workload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens_p95: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]

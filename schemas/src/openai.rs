@@ -92,6 +92,14 @@ pub struct ChatCompletionRequest {
     /// End-user id; routes rollouts by a stable hash. Never the tenant.
     #[serde(default)]
     pub user: Option<String>,
+    /// `auto`/`default` (interactive lane) or `flex`: the batch lane, which
+    /// yields to interactive traffic and skips edge admission.
+    #[serde(default)]
+    pub service_tier: Option<String>,
+    /// Extension (vLLM): keep generating past the end-of-sequence token until
+    /// `max_tokens`, for benchmarks that need exact output lengths.
+    #[serde(default)]
+    pub ignore_eos: Option<bool>,
     #[serde(default)]
     pub n: Option<i64>,
     #[serde(default)]
@@ -156,6 +164,14 @@ pub struct CompletionRequest {
     pub n: Option<i64>,
     #[serde(default)]
     pub best_of: Option<i64>,
+    /// `auto`/`default` (interactive lane) or `flex`: the batch lane, which
+    /// yields to interactive traffic and skips edge admission.
+    #[serde(default)]
+    pub service_tier: Option<String>,
+    /// Extension (vLLM): keep generating past the end-of-sequence token until
+    /// `max_tokens`, for benchmarks that need exact output lengths.
+    #[serde(default)]
+    pub ignore_eos: Option<bool>,
     #[serde(default)]
     pub echo: Option<bool>,
     #[serde(default)]

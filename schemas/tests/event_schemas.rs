@@ -154,6 +154,8 @@ fn capacity_events() -> Vec<CapacityProfileEvent> {
                 throughput_tok_s: 310.0,
                 prefill_tok_s: Some(2400.0),
                 decode_tok_s: None,
+                prompt_tokens_p95: None,
+                output_tokens_p95: None,
             },
         }
         .into(),

@@ -4,6 +4,7 @@ use axum::Extension;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
+use stoker_executor::Lane;
 use stoker_schemas::openai::{
     ChatChoice, ChatCompletion, ChatCompletionRequest, ChatMessageOut, Completion,
     CompletionChoice, CompletionRequest,
@@ -124,7 +125,12 @@ async fn run(
 ) -> Result<Response, ApiError> {
     let served = &target.served;
     slot.admitted(prepared.request.lane(), prepared.prompt_tokens());
-    let running = generate::start(&state, served, prepared, deadline).await?;
+    // `service_tier: flex` rides the batch lane: the engine's bounded batch
+    // queue, not edge admission, limits it, so it never takes chat capacity.
+    let running = match prepared.request.lane() {
+        Lane::Batch => generate::start_batch(&state, served, prepared).await?,
+        Lane::Interactive => generate::start(&state, served, prepared, deadline).await?,
+    };
     slot.started(running.queue);
     let prefix = match kind {
         Kind::Chat => "chatcmpl-",

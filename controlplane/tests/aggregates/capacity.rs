@@ -15,6 +15,8 @@ fn envelope() -> CapacityEnvelope {
         throughput_tok_s: 310.0,
         prefill_tok_s: Some(2400.0),
         decode_tok_s: None,
+        prompt_tokens_p95: None,
+        output_tokens_p95: None,
     }
 }
 

@@ -8,6 +8,7 @@
 //! --test-threads=1`. `STOKER_E2E_ECHO=1` echoes the servers' logs while they run.
 
 mod batch;
+mod bench;
 mod control;
 mod drain;
 mod harness;

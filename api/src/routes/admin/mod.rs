@@ -61,6 +61,7 @@ pub fn router() -> Router<AppState> {
             "/admin/v1/capacity-profiles",
             get(ops::list_profiles).post(ops::record_profile),
         )
+        .route("/admin/v1/admission", get(ops::admission))
         .route("/admin/v1/executors", get(ops::list_executors))
         .route("/admin/v1/executors/{id}/drain", post(ops::drain))
         .route("/admin/v1/audit", get(ops::audit))

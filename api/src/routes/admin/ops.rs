@@ -48,6 +48,7 @@ pub struct RecordProfile {
 }
 
 pub async fn record_profile(
+    State(state): State<AppState>,
     admin: Admin,
     ApiJson(b): ApiJson<RecordProfile>,
 ) -> Result<Response, ApiError> {
@@ -71,9 +72,18 @@ pub async fn record_profile(
         .capacity_profiles
         .get(&key)
         .cloned();
+    // In force at once here; other instances pick it up on their next refresh.
+    crate::control::apply_capacity_profile(&state).await;
     let mut resp = written(events, view).into_response();
     *resp.status_mut() = axum::http::StatusCode::CREATED;
     Ok(resp)
+}
+
+/// What admission enforces now: the capacity profile in force (or the static
+/// limits), the live counters and where the deadline estimate's rates come from.
+pub async fn admission(State(state): State<AppState>, _admin: Admin) -> Response {
+    let stats = state.served().map(|s| s.engine.stats()).unwrap_or_default();
+    Json(state.admission.report(&stats)).into_response()
 }
 
 pub async fn list_executors(admin: Admin) -> Response {
