@@ -53,6 +53,8 @@ pub enum AdminCommand {
     Audit(AuditArgs),
     /// Which revision, executor and timings served one request.
     Request { id: String },
+    /// What admission enforces now: the capacity profile in force or the static limits.
+    Admission,
     /// Rebuild every read model from the events.
     RebuildProjections,
 }
@@ -375,6 +377,10 @@ fn plan(cmd: AdminCommand) -> Result<(Call, Shape), String> {
             Call::Get(format!("/admin/v1/requests/{}", enc(&id)), vec![]),
             Shape::One(REQUEST_COLS),
         ),
+        A::Admission => (
+            Call::Get("/admin/v1/admission".into(), vec![]),
+            Shape::One(ADMISSION_COLS),
+        ),
         A::RebuildProjections => (
             Call::Post("/admin/v1/projections/rebuild".into(), json!({})),
             Shape::One(REBUILD_COLS),
@@ -416,6 +422,17 @@ enum Shape {
     /// `{"events": [..], "data": {..}}`.
     Written(Cols),
 }
+
+const ADMISSION_COLS: Cols = &[
+    ("SOURCE", "/source"),
+    ("WORKLOAD", "/profile/workload"),
+    ("REVISION", "/profile/revision_id"),
+    ("MAX_OUTSTANDING", "/max_outstanding"),
+    ("MAX_ACTIVE_TOKENS", "/max_active_tokens"),
+    ("RUNNING", "/running"),
+    ("WAITING", "/waiting"),
+    ("PREFILL_RATE", "/prefill_rate_source"),
+];
 
 const DEPLOYMENT_COLS: Cols = &[
     ("DEPLOYMENT", "/deployment_id"),

@@ -3,9 +3,11 @@
 //! The closed loop runs N clients, each sending its next request when the
 //! previous one ends. Open-loop patterns send at the scheduled times whether
 //! or not earlier requests have finished (that is what makes queues grow),
-//! optionally capped by `max_in_flight`. Requests are planned from the seed
-//! and their index alone, so the same seed offers the same prompts in the
-//! same order at every level and in every run.
+//! optionally capped by `max_in_flight`. Requests are planned from the seed,
+//! the level's ordinal and their index alone, so the same seed offers the
+//! same prompts in the same order in every run, while each level of a sweep
+//! gets prompts of its own (replaying a level's prompts would turn the next
+//! level into a prefix-cache benchmark).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,9 +38,10 @@ pub struct LevelRun {
     pub outcomes: Vec<Outcome>,
 }
 
-/// Plans request `i` of the workload: deterministic in (seed, i).
-pub fn plan(w: &Workload, prompts: &PromptSource, i: u64) -> Planned {
-    let mut rng = StdRng::seed_from_u64(w.seed ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+/// Plans request `i` of level `level`: deterministic in (seed, level, i).
+pub fn plan(w: &Workload, prompts: &PromptSource, level: u32, i: u64) -> Planned {
+    let key = (u64::from(level) << 40) ^ i;
+    let mut rng = StdRng::seed_from_u64(w.seed ^ key.wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let input = w.input.sample(&mut rng);
     let output = w.output.sample(&mut rng);
     let batch = w.batch_share > 0.0 && rng.random::<f64>() < w.batch_share;
@@ -58,6 +61,7 @@ pub async fn run_level(
     w: Arc<Workload>,
     prompts: Arc<PromptSource>,
     arrival: Arrival,
+    level: u32,
     progress: Arc<Progress>,
 ) -> LevelRun {
     let start = Instant::now();
@@ -83,7 +87,7 @@ pub async fn run_level(
                         if i >= limit || stop_at.is_some_and(|t| Instant::now() >= t) {
                             break;
                         }
-                        let p = plan(&w, &prompts, i);
+                        let p = plan(&w, &prompts, level, i);
                         progress.sent.fetch_add(1, Ordering::Relaxed);
                         let o = target.send(p).await;
                         keep(o, &outcomes, &progress).await;
@@ -109,7 +113,7 @@ pub async fn run_level(
                     Some(s) => Some(s.clone().acquire_owned().await.expect("never closed")),
                     None => None,
                 };
-                let p = plan(&w, &prompts, i);
+                let p = plan(&w, &prompts, level, i);
                 let (target, progress, outcomes) =
                     (target.clone(), progress.clone(), outcomes.clone());
                 progress.sent.fetch_add(1, Ordering::Relaxed);

@@ -132,6 +132,9 @@ pub struct ServeArgs {
     /// One JSON document on stdout instead of tables.
     #[arg(long)]
     pub json: bool,
+    /// Also write the JSON document to this file (tables still print).
+    #[arg(long)]
+    pub save: Option<PathBuf>,
     /// Write latency and throughput against load as an SVG.
     #[arg(long)]
     pub plot: Option<PathBuf>,
@@ -346,8 +349,11 @@ async fn serve(a: ServeArgs) -> Result<ExitCode, Fail> {
         Some(p) => PromptSource::from_file(p, tokenizer.as_ref())?,
         None => PromptSource::generated(tokenizer)?,
     };
+    // No idle connections are kept: servers that close a kept-alive connection
+    // after a few requests (llama.cpp's does) would fail the next request sent
+    // on it. A fresh loopback connection costs well under a millisecond.
     let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(1024)
+        .pool_max_idle_per_host(0)
         .build()
         .map_err(|e| Fail::Run(e.to_string()))?;
     let model = match &w.model {
@@ -369,7 +375,7 @@ async fn serve(a: ServeArgs) -> Result<ExitCode, Fail> {
     let mut summaries = Vec::new();
     let mut knee: Option<stats::Summary> = None;
     let mut knee_bounded = false;
-    for level in &levels {
+    for (ordinal, level) in levels.iter().enumerate() {
         let arrival = w.arrival.at_level(*level);
         let progress = Arc::new(Progress::default());
         let before = scrape::fetch(&client, &url, a.api_key.as_deref()).await;
@@ -380,6 +386,7 @@ async fn serve(a: ServeArgs) -> Result<ExitCode, Fail> {
             w.clone(),
             prompts.clone(),
             arrival.clone(),
+            ordinal as u32,
             progress,
         )
         .await;
@@ -452,11 +459,13 @@ async fn serve(a: ServeArgs) -> Result<ExitCode, Fail> {
     if let Some(p) = &a.plot {
         plot::write(p, &report).map_err(Fail::Run)?;
     }
+    let doc = serde_json::to_string_pretty(&report).map_err(|e| Fail::Run(e.to_string()))?;
+    if let Some(p) = &a.save {
+        std::fs::write(p, format!("{doc}\n"))
+            .map_err(|e| Fail::Run(format!("--save {}: {e}", p.display())))?;
+    }
     if a.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).map_err(|e| Fail::Run(e.to_string()))?
-        );
+        println!("{doc}");
     } else {
         if a.sweep {
             print!("{}", sweep_table(&report));

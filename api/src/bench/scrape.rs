@@ -78,7 +78,7 @@ fn is_prefix(p: &str) -> bool {
 
 const QUEUE_SUM: &[&str] = &["request_queue_time_seconds_sum"];
 const QUEUE_COUNT: &[&str] = &["request_queue_time_seconds_count"];
-const PREFILL_SUM: &[&str] = &["request_prefill_time_seconds_sum"];
+const PREFILL_SUM: &[&str] = &["request_prefill_time_seconds_sum", "prompt_seconds_total"];
 const PROMPT_TOKENS: &[&str] = &["prompt_tokens_total"];
 const KV_USAGE: &[&str] = &[
     "kv_cache_usage_perc",

@@ -32,7 +32,7 @@ pub struct Planned {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Failure {
     /// The OpenAI error `code` (`server_overloaded`, ...), or `http_<status>`,
-    /// `timeout`, `connect`, `stream` when the server sent none.
+    /// `timeout`, `connect`, `send`, `stream` when the server sent none.
     pub code: String,
     pub status: Option<u16>,
     /// The refusal carried `Retry-After`.
@@ -184,7 +184,7 @@ impl HttpTarget {
                 return out;
             }
             Ok(Err(e)) => {
-                out.fail(if e.is_connect() { "connect" } else { "http" }, None, false);
+                out.fail(if e.is_connect() { "connect" } else { "send" }, None, false);
                 return out;
             }
             Ok(Ok(r)) => r,

@@ -68,6 +68,7 @@ async fn level(w: Workload, refuse: bool) -> Vec<Outcome> {
         Arc::new(w),
         Arc::new(PromptSource::generated(None).unwrap()),
         arrival,
+        0,
         Arc::new(Progress::default()),
     )
     .await
@@ -168,8 +169,12 @@ fn requests_are_planned_from_the_seed_alone() {
         ..workload(Arrival::Closed { concurrency: 1 }, 10)
     };
     let p = PromptSource::generated(None).unwrap();
-    let a: Vec<_> = (0..20).map(|i| plan(&w, &p, i)).collect();
-    let b: Vec<_> = (0..20).map(|i| plan(&w, &p, i)).collect();
+    let a: Vec<_> = (0..20).map(|i| plan(&w, &p, 0, i)).collect();
+    let b: Vec<_> = (0..20).map(|i| plan(&w, &p, 0, i)).collect();
+    // Another level of a sweep gets other prompts: a prefix cache must not
+    // make later levels look faster by replaying earlier ones.
+    let c: Vec<_> = (0..20).map(|i| plan(&w, &p, 1, i)).collect();
+    assert!(a.iter().zip(&c).all(|(x, y)| x.prompt != y.prompt));
     assert!(
         a.iter()
             .zip(&b)

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# The serving sweep of BENCHMARKS.md: `stoker bench serve --sweep` against
+# `stoker serve` on the default model and, when LLAMA_SERVER names a
+# llama.cpp `llama-server` binary, the same sweep against it on the same GGUF,
+# one after the other in one run. Writes JSON, SVG and the tables to
+# benchmarks/serve/ (or $OUT) and prints both knees side by side.
+#
+#   scripts/bench-serve.sh                      # stoker only
+#   LLAMA_SERVER=/path/to/llama-server scripts/bench-serve.sh
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+OUT="${OUT:-$ROOT/benchmarks/serve}"
+MODEL="$ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+STOKER="$ROOT/target/release/stoker"
+LEVELS="${LEVELS:-1,2,4,8,16,32}"
+REQUESTS="${REQUESTS:-48}"
+mkdir -p "$OUT"
+"$ROOT/scripts/fetch-model.sh" >/dev/null
+[ -x "$STOKER" ] || cargo build --release --locked -p stoker-api --bin stoker
+
+# One workload for both servers: exact 128-token prompts, exactly 64 output
+# tokens, a closed loop stepped through LEVELS clients.
+WORKLOAD=(--tokenizer "$MODEL" --input 128 --output 64 --ignore-eos --seed 1
+    --concurrency 1 --requests "$REQUESTS" --sweep --sweep-levels "$LEVELS"
+    --slo-ttft-ms "${SLO_TTFT_MS:-1000}" --slo-tpot-ms "${SLO_TPOT_MS:-100}" --quiet)
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_up() { # URL PID
+    for _ in $(seq 1 600); do
+        if curl -fsS "$1" >/dev/null 2>&1; then return 0; fi
+        kill -0 "$2" 2>/dev/null || { echo "server exited" >&2; return 1; }
+        sleep 0.2
+    done
+    echo "server not ready: $1" >&2
+    return 1
+}
+
+DATA="$(mktemp -d)"
+trap 'kill $SPID $LPID 2>/dev/null || true; rm -rf "$DATA"' EXIT
+SPID="" LPID=""
+
+PORT="$(free_port)"
+"$STOKER" serve --model "$MODEL" --listen "127.0.0.1:$PORT" --data-dir "$DATA/stoker" \
+    >"$DATA/stoker.log" 2>&1 &
+SPID=$!
+wait_up "http://127.0.0.1:$PORT/health/ready" "$SPID"
+echo "== stoker serve"
+"$STOKER" bench serve --url "http://127.0.0.1:$PORT" "${WORKLOAD[@]}" \
+    --save "$OUT/stoker.json" --plot "$OUT/stoker.svg" | tee "$OUT/stoker.txt"
+kill "$SPID"; wait "$SPID" 2>/dev/null || true; SPID=""
+
+if [ -n "${LLAMA_SERVER:-}" ]; then
+    PORT="$(free_port)"
+    # As many slots as the highest level, each with the model's 2048-token
+    # window; continuous batching is llama-server's default.
+    "$LLAMA_SERVER" -m "$MODEL" --host 127.0.0.1 --port "$PORT" -np 32 -c 65536 \
+        -t "$(nproc)" --metrics >"$DATA/llama.log" 2>&1 &
+    LPID=$!
+    wait_up "http://127.0.0.1:$PORT/health" "$LPID"
+    echo "== llama-server"
+    "$STOKER" bench serve --url "http://127.0.0.1:$PORT" --model smollm2 "${WORKLOAD[@]}" \
+        --save "$OUT/llama-server.json" --plot "$OUT/llama-server.svg" | tee "$OUT/llama-server.txt"
+    kill "$LPID"; wait "$LPID" 2>/dev/null || true; LPID=""
+fi
+
+python3 - "$OUT" <<'EOF'
+import json, os, sys
+out = sys.argv[1]
+rows = []
+for name in ("stoker", "llama-server"):
+    p = os.path.join(out, name + ".json")
+    if not os.path.exists(p):
+        continue
+    r = json.load(open(p))
+    k = r["knee"]
+    if k is None:
+        rows.append((name, None, None, None, None))
+        continue
+    rows.append((name, k["level"], k["ttft_ms"]["p99"], k["output_throughput"], r["knee_bounded"]))
+print("\n%-13s %6s %12s %14s" % ("server", "knee", "TTFT p99 ms", "out tok/s"))
+for n, lvl, ttft, tok, bounded in rows:
+    if lvl is None:
+        print("%-13s   none" % n)
+    else:
+        print("%-13s %6g %12.1f %14.1f%s" % (n, lvl, ttft, tok, "" if bounded else "  (SLOs held at every level)"))
+if len(rows) == 2 and rows[0][1] and rows[1][1]:
+    print("stoker / llama-server at each knee: out tok/s %.2fx, TTFT p99 %.2fx"
+          % (rows[0][3] / rows[1][3], rows[0][2] / rows[1][2]))
+EOF
