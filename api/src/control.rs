@@ -107,10 +107,12 @@ pub async fn apply_capacity_profile(state: &AppState) {
     let (Some(c), Some(served)) = (state.control(), state.served()) else {
         return;
     };
-    let views = c.cp.views().await;
-    state
-        .admission
-        .set_profile(crate::envelope::select(&views, &served.provenance.sha256));
+    // Under the read lock, without cloning every read model.
+    let profile = {
+        let views = c.cp.projector().views().await;
+        crate::envelope::select(&views, &served.provenance.sha256)
+    };
+    state.admission.set_profile(profile);
 }
 
 /// Re-applies the capacity profile after each read-model refresh, so a

@@ -143,6 +143,14 @@ async fn first_start_records_the_default_deployment_revision_and_executor() {
         *rev
     );
     assert!(d["revisions"][0]["tokenizer_hash"].as_str().unwrap().len() == 64);
+    // No capacity profile yet: admission runs on its static limits.
+    let (st, adm) = c.admin("GET", "/admin/v1/admission", None).await;
+    assert_eq!(st, 200, "{adm}");
+    assert_eq!(adm["source"], "static", "{adm}");
+    assert!(
+        adm["profile"].is_null() && adm["max_outstanding"].as_u64().unwrap() > 0,
+        "{adm}"
+    );
     let (_, x) = c.admin("GET", "/admin/v1/executors", None).await;
     assert_eq!(x["data"][0]["executor_id"], "embedded-0");
     assert_eq!(x["data"][0]["status"], "active");
@@ -190,6 +198,7 @@ async fn scopes_and_hostile_input_get_typed_errors_and_record_nothing() {
             ("POST", "/admin/v1/deployments"),
             ("GET", "/admin/v1/audit"),
             ("POST", "/admin/v1/projections/rebuild"),
+            ("GET", "/admin/v1/admission"),
         ] {
             let (st, v) = c.send(m, p, key, Some(&body)).await;
             assert_eq!(st, status, "{m} {p} with {key:?}: {v}");
@@ -231,6 +240,8 @@ async fn scopes_and_hostile_input_get_typed_errors_and_record_nothing() {
         ("POST", format!("/admin/v1/deployments/{MODEL_ID}/revisions"), Some(json!({"model_uri": "/nonexistent/x.gguf", "model_sha256": "a".repeat(64)}).to_string()), 404, "revision_absent"),
         ("POST", "/admin/v1/executors/embedded-0/drain".into(), None, 400, "invalid_value"),
         ("POST", "/admin/v1/executors/ghost/drain".into(), Some(json!({"reason": "x"}).to_string()), 404, "not_found"),
+        ("POST", "/admin/v1/capacity-profiles".into(), Some(json!({"deployment_id": MODEL_ID, "revision_id": "ghost", "workload": "chat", "envelope": {"concurrency": 1, "active_tokens": 1, "ttft_p95_ms": 1.0, "tpot_p95_ms": 1.0, "throughput_tok_s": 1.0, "prompt_tokens_p95": -3}}).to_string()), 400, "invalid_value"),
+        ("POST", "/admin/v1/capacity-profiles".into(), Some(json!({"deployment_id": MODEL_ID, "revision_id": "ghost", "workload": "chat", "envelope": {"concurrency": 0, "active_tokens": 1, "ttft_p95_ms": 1.0, "tpot_p95_ms": 1.0, "throughput_tok_s": 1.0}}).to_string()), 400, "invalid_value"),
         ("POST", "/admin/v1/capacity-profiles".into(), Some(json!({"deployment_id": MODEL_ID, "revision_id": "ghost", "workload": "chat", "envelope": {"concurrency": 1, "active_tokens": 1, "ttft_p95_ms": 1.0, "tpot_p95_ms": 1.0, "throughput_tok_s": 1.0}}).to_string()), 400, "invalid_value"),
     ];
     for (m, p, b, status, code) in cases {

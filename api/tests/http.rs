@@ -365,6 +365,59 @@ fn unknown_fields_are_ignored_and_text_parts_join() {
     });
 }
 
+#[test]
+fn service_tier_picks_the_lane_and_ignore_eos_fills_max_tokens() {
+    let s = shared();
+    rt().block_on(async {
+        let batch_lane = |m: &str| {
+            m.lines()
+                .filter(|l| {
+                    l.starts_with("stoker_request_success_total{") && l.contains("lane=\"batch\"")
+                })
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum::<f64>()
+        };
+        let metrics = || async {
+            client()
+                .get(url(s, "/metrics"))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
+        };
+        let before = batch_lane(&metrics().await);
+        let body = json!({"model": MODEL_ID, "prompt": "The end.", "max_tokens": 24,
+            "temperature": 0, "ignore_eos": true, "service_tier": "flex"});
+        let r = post(s, "/v1/completions", body).await;
+        assert_eq!(r.status(), 200);
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["usage"]["completion_tokens"], 24, "{v}");
+        assert_eq!(
+            batch_lane(&metrics().await),
+            before + 1.0,
+            "flex ran in the batch lane"
+        );
+        for tier in [json!("turbo"), json!(""), json!(7), json!("x".repeat(5000))] {
+            let body = json!({"model": MODEL_ID, "max_tokens": 1,
+                "messages": [{"role": "user", "content": "hi"}], "service_tier": tier});
+            let r = post(s, "/v1/chat/completions", body).await;
+            assert_eq!(r.status(), 400, "{tier}");
+            let v: Value = r.json().await.unwrap();
+            assert_eq!(v["error"]["code"], "invalid_value", "{tier}: {v}");
+            assert!(v["error"]["message"].as_str().unwrap().len() < 300, "{v}");
+        }
+        let r = post(
+            s,
+            "/v1/completions",
+            json!({"model": MODEL_ID, "prompt": "x", "ignore_eos": "yes"}),
+        )
+        .await;
+        assert_eq!(r.status(), 400);
+    });
+}
+
 /// Splits an SSE body into frames, checking the framing as it goes.
 fn frames(raw: &str) -> Vec<(Option<String>, String)> {
     assert!(raw.ends_with("\n\n"), "stream must end with a blank line");

@@ -197,6 +197,17 @@ pub fn level_table(s: &Summary, slo: &Slo) -> String {
             f(sv.prefill_tok_s, 1.0, " tok/s"),
         );
     }
+    if let Some(b) = &s.batch {
+        let _ = writeln!(
+            out,
+            "  batch lane: {} of {} completed, {:.1} output tok/s, E2E p50 {} ms \
+             (latencies above: interactive lane)",
+            b.completed,
+            b.requests,
+            b.output_throughput,
+            b.e2e_ms.map_or("-".to_owned(), |d| format!("{:.1}", d.p50)),
+        );
+    }
     if !s.failures.is_empty() {
         let list: Vec<String> = s.failures.iter().map(|(c, n)| format!("{c} {n}")).collect();
         let _ = writeln!(

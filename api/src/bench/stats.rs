@@ -7,6 +7,11 @@
 //! request, (end - first token) / (output tokens - 1); ITL is every gap
 //! between streamed chunks of every request; the span of a level is from
 //! its first send to its last end.
+//!
+//! With a lane mix, latencies and SLO attainment describe the interactive
+//! lane (the one with latency targets; the batch lane yields to it by
+//! design), throughput counts both, and the batch lane gets figures of its
+//! own.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -106,7 +111,7 @@ pub struct Summary {
     pub output_throughput: f64,
     /// Completed requests per second that met every SLO.
     pub goodput: f64,
-    /// Share of all requests (failures count as misses) that met every SLO.
+    /// Share of requests (failures count as misses) that met every SLO.
     pub slo_attainment: f64,
     /// The level met the SLOs (attainment at or above the target).
     pub meets_slo: bool,
@@ -120,9 +125,21 @@ pub struct Summary {
     pub output_tokens: Option<Tokens>,
     /// `max_tokens` asked, mean (what admission reserves).
     pub max_tokens_mean: f64,
-    /// The revision most responses named, and how many named it.
+    /// The batch lane's own figures, when the level sent any there.
+    pub batch: Option<LaneFigures>,
+    /// The revision most responses named.
     pub revision: Option<String>,
     pub server: Option<ServerFigures>,
+}
+
+/// What the batch lane did at one level.
+#[derive(Clone, Debug, Serialize)]
+pub struct LaneFigures {
+    pub requests: u64,
+    pub completed: u64,
+    pub output_throughput: f64,
+    pub ttft_ms: Option<Dist>,
+    pub e2e_ms: Option<Dist>,
 }
 
 /// Whether one completed request met every SLO.
@@ -166,10 +183,18 @@ pub fn summarize(
         _ => 0.0,
     };
     let per_s = |n: f64| if span > 0.0 { n / span } else { 0.0 };
-    let good = outcomes.iter().filter(|o| meets(o, slo)).count();
+    // Latency and SLO figures: the interactive lane, or everything when the
+    // level sent nothing there.
+    let lat: Vec<&Outcome> = if outcomes.iter().any(|o| !o.batch) {
+        outcomes.iter().filter(|o| !o.batch).collect()
+    } else {
+        outcomes.iter().collect()
+    };
+    let lat_ok: Vec<&Outcome> = lat.iter().copied().filter(|o| o.ok()).collect();
+    let good = lat.iter().filter(|o| meets(o, slo)).count();
     let out_tokens: Vec<u32> = ok.iter().map(|o| o.tokens_out()).collect();
     let in_tokens: Vec<u32> = ok.iter().filter_map(|o| o.prompt_tokens).collect();
-    let itl: Vec<f64> = ok
+    let itl: Vec<f64> = lat_ok
         .iter()
         .flat_map(|o| o.chunks.windows(2).map(|w| ms(w[1] - w[0])))
         .collect();
@@ -179,11 +204,31 @@ pub fn summarize(
             *revisions.entry(r.as_str()).or_insert(0) += 1;
         }
     }
-    let attainment = if outcomes.is_empty() {
+    let attainment = if lat.is_empty() {
         0.0
     } else {
-        good as f64 / outcomes.len() as f64
+        good as f64 / lat.len() as f64
     };
+    let batch: Vec<&Outcome> = outcomes.iter().filter(|o| o.batch).collect();
+    let batch = (!batch.is_empty() && batch.len() < outcomes.len()).then(|| LaneFigures {
+        requests: batch.len() as u64,
+        completed: batch.iter().filter(|o| o.ok()).count() as u64,
+        output_throughput: per_s(
+            batch
+                .iter()
+                .filter(|o| o.ok())
+                .map(|o| f64::from(o.tokens_out()))
+                .sum(),
+        ),
+        ttft_ms: Dist::of(batch.iter().filter_map(|o| o.ttft().map(ms)).collect()),
+        e2e_ms: Dist::of(
+            batch
+                .iter()
+                .filter(|o| o.ok())
+                .map(|o| ms(o.e2e()))
+                .collect(),
+        ),
+    });
     let busy: f64 = outcomes.iter().map(|o| o.e2e().as_secs_f64()).sum();
     Summary {
         arrival,
@@ -201,10 +246,10 @@ pub fn summarize(
         slo_attainment: attainment,
         meets_slo: !outcomes.is_empty() && attainment >= slo.attainment,
         mean_in_flight: if span > 0.0 { busy / span } else { 0.0 },
-        ttft_ms: Dist::of(ok.iter().filter_map(|o| o.ttft().map(ms)).collect()),
-        tpot_ms: Dist::of(ok.iter().filter_map(|o| o.tpot().map(ms)).collect()),
+        ttft_ms: Dist::of(lat_ok.iter().filter_map(|o| o.ttft().map(ms)).collect()),
+        tpot_ms: Dist::of(lat_ok.iter().filter_map(|o| o.tpot().map(ms)).collect()),
         itl_ms: Dist::of(itl),
-        e2e_ms: Dist::of(ok.iter().map(|o| ms(o.e2e())).collect()),
+        e2e_ms: Dist::of(lat_ok.iter().map(|o| ms(o.e2e())).collect()),
         prompt_tokens: Tokens::of(&in_tokens),
         output_tokens: Tokens::of(&out_tokens),
         max_tokens_mean: if outcomes.is_empty() {
@@ -216,6 +261,7 @@ pub fn summarize(
                 .sum::<f64>()
                 / outcomes.len() as f64
         },
+        batch,
         revision: revisions
             .into_iter()
             .max_by_key(|(_, n)| *n)

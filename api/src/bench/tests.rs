@@ -341,3 +341,31 @@ fn generated_prompts_have_exact_token_lengths() {
         assert_eq!(check.encode(&prompt.text).unwrap().len(), len as usize);
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn with_a_lane_mix_latency_figures_describe_the_interactive_lane() {
+    let mut w = workload(Arrival::Closed { concurrency: 2 }, 200);
+    w.batch_share = 0.5;
+    let slo = w.slo.clone();
+    let outcomes = level(w, false).await;
+    let s = summarize("closed:2".into(), 2.0, &outcomes, &slo, None);
+    let b = s.batch.as_ref().expect("batch lane figures");
+    assert_eq!(b.requests, s.batch_requests);
+    assert!(b.requests > 50 && b.requests < 150, "{}", b.requests);
+    let interactive: Vec<&Outcome> = outcomes.iter().filter(|o| !o.batch).collect();
+    let worst = interactive
+        .iter()
+        .map(|o| o.ttft().unwrap().as_secs_f64() * 1e3)
+        .fold(0.0, f64::max);
+    assert!(near(s.ttft_ms.unwrap().max, worst));
+    let good = interactive
+        .iter()
+        .filter(|o| super::stats::meets(o, &slo))
+        .count();
+    assert!((s.slo_attainment - good as f64 / interactive.len() as f64).abs() < 1e-9);
+    assert_eq!(
+        s.output_tokens.unwrap().total,
+        1600,
+        "throughput counts both lanes"
+    );
+}
