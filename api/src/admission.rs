@@ -20,10 +20,9 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-
-use serde::Serialize;
 use std::time::{Duration, Instant};
 
+use serde::Serialize;
 use stoker_executor::BLOCK_SIZE;
 use stoker_executor::engine::EngineStats;
 

@@ -318,8 +318,10 @@ async fn serve(a: ServeArgs) -> Result<ExitCode, Fail> {
             "--sweep needs at least one SLO (--slo-ttft-ms, --slo-tpot-ms or --slo-e2e-ms)".into(),
         ));
     }
-    if !(a.request_timeout.is_finite() && a.request_timeout > 0.0) {
-        return Err(Fail::Usage("--request-timeout must be above 0".into()));
+    if !(a.request_timeout > 0.0 && a.request_timeout <= 86_400.0) {
+        return Err(Fail::Usage(
+            "--request-timeout must be above 0 and at most 86400 seconds".into(),
+        ));
     }
     if let Some(p) = &a.plot
         && !p

@@ -138,6 +138,13 @@ pub enum Arrival {
 const ARRIVAL_FORMS: &str = "closed:N, constant:RATE, poisson:RATE or burst:N/SECONDS";
 /// Most concurrent clients or requests per second a run may ask for.
 pub const MAX_LEVEL: f64 = 100_000.0;
+/// Fewest requests per second an open loop may ask for.
+pub const MIN_RATE: f64 = 0.001;
+
+/// Seconds as a `Duration`, saturating instead of panicking on overflow.
+fn secs(x: f64) -> Duration {
+    Duration::try_from_secs_f64(x).unwrap_or(Duration::MAX)
+}
 
 impl FromStr for Arrival {
     type Err = SpecError;
@@ -146,10 +153,10 @@ impl FromStr for Arrival {
         let (kind, rest) = s.split_once(':').ok_or_else(|| bad("missing `:`"))?;
         let rate = |r: &str| -> Result<f64, SpecError> {
             let x = number(r, "RATE").map_err(|e| bad(&e.0))?;
-            if x > 0.0 && x <= MAX_LEVEL {
+            if (MIN_RATE..=MAX_LEVEL).contains(&x) {
                 Ok(x)
             } else {
-                Err(bad("RATE must be above 0 and at most 100000 per second"))
+                Err(bad("RATE must be from 0.001 to 100000 per second"))
             }
         };
         let count = |n: &str| -> Result<u32, SpecError> {
@@ -228,16 +235,18 @@ impl Arrival {
     pub fn next_offset(&self, i: u64, prev: Duration, rng: &mut impl Rng) -> Option<Duration> {
         match *self {
             Arrival::Closed { .. } => None,
-            Arrival::Constant { rate } => Some(Duration::from_secs_f64(i as f64 / rate)),
+            Arrival::Constant { rate } => Some(secs(i as f64 / rate)),
             Arrival::Poisson { rate } => {
                 let gap = Exp::new(rate).expect("rate checked at parse").sample(rng);
                 Some(if i == 0 {
                     Duration::ZERO
                 } else {
-                    prev + Duration::from_secs_f64(gap)
+                    prev.saturating_add(secs(gap))
                 })
             }
-            Arrival::Burst { size, every } => Some(every * (i / u64::from(size)) as u32),
+            Arrival::Burst { size, every } => {
+                Some(every.saturating_mul(u32::try_from(i / u64::from(size)).unwrap_or(u32::MAX)))
+            }
         }
     }
 }
@@ -551,6 +560,8 @@ mod tests {
             })
         );
         for bad in [
+            "constant:1e-300",
+            "poisson:0.0000001",
             "closed",
             "closed:0",
             "closed:-1",
@@ -578,6 +589,26 @@ mod tests {
         }
         let rate = 2000.0 / t.as_secs_f64();
         assert!((rate / 40.0 - 1.0).abs() < 0.05, "rate {rate}");
+    }
+
+    #[test]
+    fn schedules_far_in_the_future_saturate_instead_of_panicking() {
+        let mut rng = StdRng::seed_from_u64(0);
+        let slow = Arrival::Constant { rate: MIN_RATE };
+        assert!(
+            slow.next_offset(u64::MAX, Duration::ZERO, &mut rng)
+                .is_some()
+        );
+        let b = Arrival::Burst {
+            size: 1,
+            every: Duration::from_secs(86_400),
+        };
+        assert_eq!(
+            b.next_offset(u64::MAX, Duration::ZERO, &mut rng),
+            Some(Duration::from_secs(86_400).saturating_mul(u32::MAX))
+        );
+        let p = Arrival::Poisson { rate: MIN_RATE };
+        assert!(p.next_offset(5, Duration::MAX, &mut rng).is_some());
     }
 
     #[test]

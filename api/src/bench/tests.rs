@@ -229,7 +229,7 @@ fn bad_flags_are_clear_errors() {
             }),
             "use poisson or constant",
         ),
-        (args(|a| a.rate = Some(-1.0)), "RATE must be above 0"),
+        (args(|a| a.rate = Some(-1.0)), "RATE must be from 0.001"),
         (
             args(|a| a.concurrency = Some(0)),
             "N must be a whole number",
@@ -295,6 +295,8 @@ async fn usage_errors_exit_2_before_any_request() {
         args(|a| a.plot = Some("out.png".into())),
         args(|a| a.url = "ftp://x".into()),
         args(|a| a.request_timeout = 0.0),
+        args(|a| a.request_timeout = 1e300),
+        args(|a| a.request_timeout = f64::NAN),
         args(|a| a.tokenizer = Some("/nonexistent.gguf".into())),
         args(|a| a.prompts = Some("/nonexistent.jsonl".into())),
     ] {
