@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use stoker_api::Config;
 use stoker_api::serve::{self, Server};
-use stoker_executor::{Engine, EngineEvent, Lane, SamplingParams, TenantId, ValidRequest};
+use stoker_executor::{EngineEvent, Lane, SamplingParams, TenantId, ValidRequest};
 
 const OUTPUT_TOKENS: usize = 8;
 const CHAT_CLIENTS: usize = 2;
@@ -45,7 +45,7 @@ fn percentile(v: &mut [f64], p: f64) -> f64 {
 
 /// Rows through the engine's batch lane directly, `conc` in flight.
 async fn engine_rows(
-    engine: Arc<Engine>,
+    engine: Arc<dyn stoker_api::backend::Backend>,
     offset: usize,
     rows: usize,
     conc: usize,

@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use stoker_api::Config;
+use stoker_api::backend::Backend;
 use stoker_api::serve::{self, Server};
-use stoker_executor::{Engine, EngineEvent, Lane, SamplingParams, TenantId, ValidRequest};
+use stoker_executor::{EngineEvent, Lane, SamplingParams, TenantId, ValidRequest};
 
 const PROMPT_TOKENS: usize = 128;
 const OUTPUT_TOKENS: usize = 64;
@@ -63,7 +64,7 @@ fn percentile(v: &mut [f64], p: f64) -> f64 {
     v[((p / 100.0) * (v.len() - 1) as f64).round() as usize]
 }
 
-fn prompt(engine: &Engine, i: usize) -> Vec<u32> {
+fn prompt(engine: &dyn Backend, i: usize) -> Vec<u32> {
     let text = format!(
         "Request {i}. The history of computing is a story of abstraction layered upon abstraction, \
          from relays and vacuum tubes to transistors, integrated circuits, operating systems, \
@@ -74,7 +75,7 @@ fn prompt(engine: &Engine, i: usize) -> Vec<u32> {
     ids
 }
 
-async fn engine_one(engine: &Engine, ids: Vec<u32>) -> Trace {
+async fn engine_one(engine: &dyn Backend, ids: Vec<u32>) -> Trace {
     let req = ValidRequest::new(
         ids,
         SamplingParams::greedy(OUTPUT_TOKENS),
@@ -143,7 +144,7 @@ async fn round(server: &Server, http: bool, concurrency: usize, next_prompt: &mu
     let t0 = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..concurrency {
-        let ids = prompt(&engine, *next_prompt);
+        let ids = prompt(engine.as_ref(), *next_prompt);
         *next_prompt += 1;
         let (engine, client, url, model) =
             (engine.clone(), client.clone(), url.clone(), model.clone());
@@ -151,7 +152,7 @@ async fn round(server: &Server, http: bool, concurrency: usize, next_prompt: &mu
             if http {
                 http_one(&client, &url, &model, ids).await
             } else {
-                engine_one(&engine, ids).await
+                engine_one(engine.as_ref(), ids).await
             }
         }));
     }

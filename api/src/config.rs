@@ -37,7 +37,44 @@ pub struct Config {
     pub admission: AdmissionConfig,
     pub control: ControlConfig,
     pub batch: BatchConfig,
+    pub kafka: KafkaConfig,
     pub api_keys: Vec<ApiKeyConfig>,
+}
+
+/// The distributed mode's transport (`stoker api`, `stoker executor`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KafkaConfig {
+    /// `host:port[,host:port]` of the Kafka cluster.
+    pub brokers: String,
+    /// Partitions of `stoker.interactive` created at first start: the most
+    /// executors that can run at once.
+    pub interactive_partitions: i32,
+    /// Partitions of `stoker.replies`: the most API instances at once.
+    pub reply_partitions: i32,
+    /// How often an executor publishes its capacity.
+    pub capacity_interval_ms: u64,
+    /// An executor silent this long is treated as lost: no new requests go
+    /// to it, and the streams it served end with `executor_lost`.
+    pub executor_timeout_ms: u64,
+    /// How long a partition lease holds without renewal (renewed every third).
+    pub lease_ttl_ms: u64,
+    /// How long a produce may wait for the broker.
+    pub produce_timeout_ms: u64,
+}
+
+impl Default for KafkaConfig {
+    fn default() -> Self {
+        KafkaConfig {
+            brokers: "127.0.0.1:9092".into(),
+            interactive_partitions: 16,
+            reply_partitions: 16,
+            capacity_interval_ms: 500,
+            executor_timeout_ms: 1500,
+            lease_ttl_ms: 6000,
+            produce_timeout_ms: 3000,
+        }
+    }
 }
 
 /// The Batch API: upload limits, the backlog ceiling, shards and runners.
@@ -89,6 +126,9 @@ pub struct ControlConfig {
     pub store_url: String,
     /// The deployment `stoker serve` creates on first start; empty means the model id.
     pub deployment: String,
+    /// The revision id this process's artifact is registered as; empty means
+    /// the first 12 hex digits of its sha256.
+    pub revision: String,
     /// How often the rollout controller judges gated rollouts; 0 turns it off.
     pub rollout_controller_interval_ms: u64,
     /// How often read models catch up with events other processes appended.
@@ -102,6 +142,7 @@ impl Default for ControlConfig {
         ControlConfig {
             store_url: String::new(),
             deployment: String::new(),
+            revision: String::new(),
             rollout_controller_interval_ms: 5000,
             refresh_interval_ms: 1000,
             request_log_queue: 16384,
@@ -205,6 +246,7 @@ impl Default for Config {
             admission: AdmissionConfig::default(),
             control: ControlConfig::default(),
             batch: BatchConfig::default(),
+            kafka: KafkaConfig::default(),
             api_keys: Vec::new(),
         }
     }
@@ -240,7 +282,7 @@ impl Config {
     /// `STOKER_*` variables (`STOKER_CONFIG`, `STOKER_LOG`, test and bench
     /// knobs) are not configuration and must not trip `deny_unknown_fields`.
     pub fn env(prefix: &str) -> Env {
-        const KEYS: [&str; 14] = [
+        const KEYS: [&str; 15] = [
             "listen",
             "model",
             "served_model_name",
@@ -254,6 +296,7 @@ impl Config {
             "admission",
             "control",
             "batch",
+            "kafka",
             "api_keys",
         ];
         Env::prefixed(prefix)

@@ -162,7 +162,11 @@ pub async fn bootstrap(state: &AppState, c: &Control) -> anyhow::Result<()> {
         let info = primary.engine.info();
         let spec = RevisionSpec {
             deployment_id: dep.clone(),
-            revision_id: default_revision_id(&sha),
+            revision_id: if state.config.control.revision.is_empty() {
+                default_revision_id(&sha)
+            } else {
+                state.config.control.revision.clone()
+            },
             model_uri: file_uri(&state.config.model),
             model_sha256: sha.clone(),
             tokenizer_hash: info.identity.tokenizer_sha256.clone(),
@@ -175,8 +179,10 @@ pub async fn bootstrap(state: &AppState, c: &Control) -> anyhow::Result<()> {
     }
     // Load what the events route to but this process has not loaded yet.
     let views = c.cp.views().await;
+    // An API instance in the distributed mode loads no engines: executors do.
+    let loads_engines = state.remote.get().is_none();
     for r in needed_revisions(&views) {
-        if state.model_by_sha(&r.1).is_none() {
+        if loads_engines && state.model_by_sha(&r.1).is_none() {
             let path = path_of(&r.0);
             match load_artifact(state, &path).await {
                 Ok(_) => tracing::info!(uri = %r.0, "loaded a routed revision's artifact"),
@@ -191,12 +197,17 @@ pub async fn bootstrap(state: &AppState, c: &Control) -> anyhow::Result<()> {
 
 /// [`bootstrap`] and [`register_executor`], retried when another process
 /// sharing the store wrote first (a conflict means: re-read and decide again).
-pub async fn bootstrap_with_retry(state: &AppState, c: &Control) -> anyhow::Result<()> {
+pub async fn bootstrap_with_retry(
+    state: &AppState,
+    c: &Control,
+    registers_executor: bool,
+) -> anyhow::Result<()> {
     let mut attempt = 0;
     loop {
         attempt += 1;
         let r = match bootstrap(state, c).await {
-            Ok(()) => register_executor(state, c).await,
+            Ok(()) if registers_executor => register_executor(state, c).await,
+            Ok(()) => Ok(()),
             Err(e) => Err(e),
         };
         match r {

@@ -85,6 +85,13 @@ pub enum ApiError {
         message: String,
         retry_after: RetryAfter,
     },
+    /// The executor running the request stopped reporting (distributed
+    /// mode). Retryable when no token had been delivered yet.
+    #[error("{message}")]
+    ExecutorLost {
+        message: String,
+        retry_after: Option<RetryAfter>,
+    },
     /// Opaque to the client; the detail only goes to the log.
     #[error("internal error")]
     Internal(String),
@@ -118,9 +125,10 @@ impl ApiError {
             InvalidApiKey(_) => StatusCode::UNAUTHORIZED,
             InsufficientScope(_) => StatusCode::FORBIDDEN,
             PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            Overloaded { .. } | DeadlineInfeasible { .. } | NotReady { .. } => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            Overloaded { .. }
+            | DeadlineInfeasible { .. }
+            | NotReady { .. }
+            | ExecutorLost { .. } => StatusCode::SERVICE_UNAVAILABLE,
             BatchBacklogFull { .. } => StatusCode::TOO_MANY_REQUESTS,
             Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -145,6 +153,7 @@ impl ApiError {
             DeadlineInfeasible { .. } => "deadline_infeasible",
             NotReady { .. } => "not_ready",
             BatchBacklogFull { .. } => "batch_backlog_full",
+            ExecutorLost { .. } => "executor_lost",
             Internal(_) => "internal_error",
         }
     }
@@ -179,6 +188,7 @@ impl ApiError {
             | ApiError::DeadlineInfeasible { retry_after, .. }
             | ApiError::NotReady { retry_after, .. }
             | ApiError::BatchBacklogFull { retry_after, .. } => Some(*retry_after),
+            ApiError::ExecutorLost { retry_after, .. } => *retry_after,
             _ => None,
         }
     }
@@ -216,6 +226,42 @@ impl ApiError {
                 retry_after,
             },
             EngineError::Stopped(m) | EngineError::Internal(m) => ApiError::Internal(m),
+            EngineError::Remote { code, message } => {
+                ApiError::from_remote(&code, message, retry_after)
+            }
+        }
+    }
+
+    /// Rebuilds an error another process named by its catalogue code. Codes
+    /// that only the edge produces, and unknown ones, are internal errors.
+    pub fn from_remote(code: &str, message: String, retry_after: RetryAfter) -> Self {
+        match code {
+            "invalid_value" => ApiError::InvalidValue {
+                message,
+                param: None,
+            },
+            "context_length_exceeded" => ApiError::ContextLengthExceeded(message),
+            "server_overloaded" => ApiError::Overloaded {
+                message,
+                retry_after,
+            },
+            "deadline_infeasible" => ApiError::DeadlineInfeasible {
+                message,
+                retry_after,
+            },
+            "not_ready" => ApiError::NotReady {
+                message,
+                retry_after,
+            },
+            "executor_lost" => ApiError::ExecutorLost {
+                message,
+                retry_after: Some(retry_after),
+            },
+            "executor_lost_after_output" => ApiError::ExecutorLost {
+                message,
+                retry_after: None,
+            },
+            other => ApiError::Internal(format!("remote error {other}: {message}")),
         }
     }
 }

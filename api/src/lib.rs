@@ -8,11 +8,13 @@
 pub mod admin_cli;
 pub mod admission;
 pub mod auth;
+pub mod backend;
 pub mod batch_cli;
 pub mod batch_exec;
 pub mod bench;
 pub mod config;
 pub mod control;
+pub mod distributed;
 pub mod envelope;
 pub mod error;
 pub mod extract;

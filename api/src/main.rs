@@ -25,6 +25,12 @@ struct Cli {
 enum Command {
     /// Serve the OpenAI API with an in-process engine on the embedded default.
     Serve(ServeArgs),
+    /// Distributed mode: serve the HTTP API; generations run on executors
+    /// reached over Kafka, state lives in Postgres.
+    Api(DistributedArgs),
+    /// Distributed mode: run one executor (one per accelerator) that takes
+    /// jobs from Kafka and batch shards from Postgres.
+    Executor(ExecutorArgs),
     /// Print the OpenAPI document (what schemas/openapi.json holds).
     Openapi,
     /// Operate a running server: deployments, revisions, rollouts, executors, audit.
@@ -57,6 +63,34 @@ struct ServeArgs {
     shutdown_timeout: Option<u64>,
 }
 
+#[derive(clap::Args, Debug)]
+struct DistributedArgs {
+    #[command(flatten)]
+    serve: ServeArgs,
+    /// Kafka bootstrap servers (`host:port[,host:port]`).
+    #[arg(long, env = "STOKER_BROKERS")]
+    brokers: Option<String>,
+    /// Postgres URL of the shared event store.
+    #[arg(long, env = "STOKER_DATABASE_URL")]
+    database_url: Option<String>,
+    /// This process's name (in leases, request ids and provenance); defaults
+    /// to the role, the host name and the process id.
+    #[arg(long)]
+    id: Option<String>,
+}
+
+#[derive(clap::Args, Debug)]
+struct ExecutorArgs {
+    #[command(flatten)]
+    common: DistributedArgs,
+    /// The deployment this executor serves (created at first start).
+    #[arg(long)]
+    deployment: Option<String>,
+    /// The revision it serves; it must name the artifact `--model` loads.
+    #[arg(long)]
+    revision: Option<String>,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -65,6 +99,12 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Serve(args) => serve(args),
+        Command::Api(args) => distributed(args, None, stoker_api::serve::Mode::Api),
+        Command::Executor(args) => distributed(
+            args.common,
+            Some((args.deployment, args.revision)),
+            stoker_api::serve::Mode::Executor,
+        ),
         Command::Admin(args) => client(stoker_api::admin_cli::run(args)),
         Command::Batch(args) => client(stoker_api::batch_cli::run(args)),
         Command::Bench(args) => bench(args),
@@ -101,21 +141,86 @@ fn bench(args: stoker_api::bench::BenchArgs) -> ExitCode {
     }
 }
 
-fn serve(args: ServeArgs) -> ExitCode {
-    let overrides = Overrides {
-        model: args.model,
-        listen: args.listen,
-        data_dir: args.data_dir,
-        insecure: args.insecure,
-        shutdown_timeout_secs: args.shutdown_timeout,
-    };
-    let config = match Config::load(args.config.as_deref(), &overrides) {
+fn overrides(args: ServeArgs) -> (Option<PathBuf>, Overrides) {
+    (
+        args.config,
+        Overrides {
+            model: args.model,
+            listen: args.listen,
+            data_dir: args.data_dir,
+            insecure: args.insecure,
+            shutdown_timeout_secs: args.shutdown_timeout,
+        },
+    )
+}
+
+/// `stoker api` and `stoker executor`: the config as `serve` reads it, plus
+/// the broker, the shared Postgres store and this process's name.
+fn distributed(
+    args: DistributedArgs,
+    executor: Option<(Option<String>, Option<String>)>,
+    mode: stoker_api::serve::Mode,
+) -> ExitCode {
+    let (file, ov) = overrides(args.serve);
+    let mut config = match Config::load(file.as_deref(), &ov) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("stoker: {e}");
             return ExitCode::from(2);
         }
     };
+    if let Some(b) = args.brokers {
+        config.kafka.brokers = b;
+    }
+    if let Some(u) = args.database_url {
+        config.control.store_url = u;
+    }
+    if !config.control.store_url.starts_with("postgres") {
+        eprintln!(
+            "stoker: the distributed mode keeps its state in Postgres: pass --database-url \
+             postgres://… (or control.store_url)"
+        );
+        return ExitCode::from(2);
+    }
+    if config.kafka.brokers.trim().is_empty() {
+        eprintln!("stoker: --brokers is empty");
+        return ExitCode::from(2);
+    }
+    let role = if executor.is_some() {
+        "executor"
+    } else {
+        "api"
+    };
+    config.executor_id = args.id.unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/etc/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "host".into());
+        format!("{role}-{host}-{}", std::process::id())
+    });
+    if let Some((deployment, revision)) = executor {
+        if let Some(d) = deployment {
+            config.control.deployment = d;
+        }
+        if let Some(r) = revision {
+            config.control.revision = r;
+        }
+    }
+    run_server(config, mode)
+}
+
+fn serve(args: ServeArgs) -> ExitCode {
+    let (file, ov) = overrides(args);
+    let config = match Config::load(file.as_deref(), &ov) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("stoker: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    run_server(config, stoker_api::serve::Mode::Embedded)
+}
+
+fn run_server(config: Config, mode: stoker_api::serve::Mode) -> ExitCode {
     stoker_api::telemetry::init(&config.log_format);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -128,24 +233,24 @@ fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(run(config)) {
+    match rt.block_on(run(config, mode)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!(error = %format!("{e:#}"), "stoker serve failed");
+            tracing::error!(error = %format!("{e:#}"), "stoker failed");
             eprintln!("stoker: {e:#}");
             ExitCode::FAILURE
         }
     }
 }
 
-async fn run(config: Config) -> anyhow::Result<()> {
+async fn run(config: Config, mode: stoker_api::serve::Mode) -> anyhow::Result<()> {
     if !config.model.exists() {
         anyhow::bail!(
             "model file {} not found; run scripts/fetch-model.sh or pass --model",
             config.model.display()
         );
     }
-    let server = stoker_api::serve::start(config).await?;
+    let server = stoker_api::serve::start_mode(config, mode).await?;
     println!("stoker listening on http://{}", server.addr);
     tracing::info!(addr = %server.addr, "listening");
     let trigger = server.shutdown_trigger();

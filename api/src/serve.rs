@@ -23,6 +23,25 @@ use crate::control;
 use crate::routes;
 use crate::state::{AppState, Phase};
 
+/// Which process this server is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// `stoker serve`: everything in one process.
+    Embedded,
+    /// `stoker executor`: the single-process server plus a job server that
+    /// takes interactive jobs from Kafka.
+    Executor,
+    /// `stoker api`: the HTTP surface; generations run on the executors.
+    Api,
+}
+
+impl Mode {
+    /// Runs an engine here (and so batch shards and warm-up).
+    fn has_engine(self) -> bool {
+        !matches!(self, Mode::Api)
+    }
+}
+
 /// A running server.
 pub struct Server {
     pub addr: SocketAddr,
@@ -40,6 +59,11 @@ impl std::fmt::Debug for Server {
 /// Binds the listener and starts serving at once; the model loads in the
 /// background while `/health/ready` answers 503.
 pub async fn start(config: Config) -> anyhow::Result<Server> {
+    start_mode(config, Mode::Embedded).await
+}
+
+/// [`start`] for any role.
+pub async fn start_mode(config: Config, mode: Mode) -> anyhow::Result<Server> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating data dir {}", config.data_dir.display()))?;
     let listener = TcpListener::bind(config.listen)
@@ -59,7 +83,13 @@ pub async fn start(config: Config) -> anyhow::Result<Server> {
             d.send_replace(true);
         });
     }
-    let task = tokio::spawn(run(listener, state.clone(), drain_rx, shutdown_timeout));
+    let task = tokio::spawn(run(
+        listener,
+        state.clone(),
+        drain_rx,
+        shutdown_timeout,
+        mode,
+    ));
     Ok(Server {
         addr,
         state,
@@ -106,24 +136,33 @@ async fn run(
     state: AppState,
     mut drain: watch::Receiver<bool>,
     shutdown_timeout: Duration,
+    mode: Mode,
 ) -> anyhow::Result<()> {
     let loader = {
         let state = state.clone();
         async move {
-            let st = state.clone();
-            tokio::task::spawn_blocking(move || load(&st))
-                .await
-                .context("model loader panicked")??;
+            if mode.has_engine() {
+                let st = state.clone();
+                tokio::task::spawn_blocking(move || load(&st))
+                    .await
+                    .context("model loader panicked")??;
+            } else {
+                crate::distributed::processes::load_api(&state).await?;
+            }
             // The control plane learns what this process serves before it is ready.
             if let Some(c) = state.control() {
-                control::bootstrap_with_retry(&state, c).await?;
+                control::bootstrap_with_retry(&state, c, mode.has_engine()).await?;
+            }
+            if mode == Mode::Executor {
+                let js = crate::distributed::processes::start_executor(&state).await?;
+                let _ = state.job_server.set(js);
             }
             // Admission follows the revision's capacity profile from the
             // first request on, and picks up new recordings as they land.
             control::apply_capacity_profile(&state).await;
             control::spawn_profile_watch(&state);
             state.set_phase(Phase::Ready);
-            if let Some(c) = state.control() {
+            if let (Some(c), true) = (state.control(), mode.has_engine()) {
                 // With the embedded store this is the only process, so leases
                 // left by a killed predecessor can be dropped at once.
                 let embedded = c.cp.store().backend_name() == "sqlite";
@@ -188,6 +227,10 @@ async fn run(
 
 async fn drain_in_flight(state: &AppState, timeout: Duration) {
     state.set_phase(Phase::Draining);
+    // API instances stop routing here now rather than at the next report.
+    if let Some(js) = state.job_server.get() {
+        js.publish_capacity().await;
+    }
     // Batch shards stop taking rows, finish those in flight, checkpoint and
     // release, beside the interactive drain.
     let batches = async {

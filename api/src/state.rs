@@ -8,11 +8,12 @@ use std::sync::{Arc, OnceLock, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::http::{HeaderMap, HeaderValue};
-use stoker_executor::{Engine, RequestLimits};
+use stoker_executor::RequestLimits;
 use tokio::sync::watch;
 
 use crate::admission::{Admission, AdmissionLimits};
 use crate::auth::Authenticator;
+use crate::backend::Backend;
 use crate::config::Config;
 use crate::control::Control;
 use crate::error::ApiError;
@@ -105,7 +106,7 @@ pub fn default_revision_id(sha256: &str) -> String {
 /// revisions may share one (same file, other id); the primary is the one
 /// `stoker serve` loaded at start.
 pub struct Served {
-    pub engine: Arc<Engine>,
+    pub engine: Arc<dyn Backend>,
     pub provenance: Provenance,
     pub limits: RequestLimits,
     pub metrics: Arc<Metrics>,
@@ -126,6 +127,10 @@ pub struct Inner {
     drain_hook: OnceLock<Box<dyn Fn() + Send + Sync>>,
     /// Flips to true when in-flight requests must end now (shutdown timeout).
     hard_stop: watch::Sender<bool>,
+    /// The executors behind Kafka (`stoker api` only).
+    pub remote: OnceLock<crate::distributed::remote::RemoteBackend>,
+    /// This process's job server (`stoker executor` only).
+    pub job_server: OnceLock<Arc<crate::distributed::job_server::JobServer>>,
 }
 
 #[derive(Clone)]
@@ -170,6 +175,8 @@ impl AppState {
             control: OnceLock::new(),
             drain_hook: OnceLock::new(),
             hard_stop,
+            remote: OnceLock::new(),
+            job_server: OnceLock::new(),
         }))
     }
 
@@ -192,7 +199,7 @@ impl AppState {
 
     /// Installs a loaded engine; the first becomes the primary. Readiness still
     /// waits for warm-up.
-    pub fn install(&self, engine: Arc<Engine>) -> Arc<Served> {
+    pub fn install(&self, engine: Arc<dyn Backend>) -> Arc<Served> {
         let info = engine.info().clone();
         let mut limits = engine.model_limits();
         // A request must fit the KV cache as a whole: the served context is

@@ -9,3 +9,4 @@ pub mod requestlog;
 pub mod routing;
 pub mod service;
 pub mod store;
+pub mod transport;

@@ -105,4 +105,8 @@ pub enum EngineError {
     Stopped(String),
     #[error("internal engine error: {0}")]
     Internal(String),
+    /// An error relayed from an engine in another process (or about reaching
+    /// it), already named by its API error code.
+    #[error("{message}")]
+    Remote { code: String, message: String },
 }

@@ -1,7 +1,7 @@
 //! Contract types shared across stoker processes: the OpenAI wire format the
 //! API speaks (chat and completions in `openai`, files and batches in
 //! `batch`), the control-plane event payloads, and (later) the messages
-//! executors and the control plane exchange. The OpenAI types derive
+//! executors exchange over Kafka (`transport`). The OpenAI types derive
 //! `utoipa::ToSchema` so the checked-in `openapi.json` is generated from these
 //! definitions; the event payloads derive `schemars::JsonSchema` for the
 //! checked-in `events/*.schema.json`.
@@ -10,3 +10,4 @@ pub mod batch;
 pub mod error;
 pub mod events;
 pub mod openai;
+pub mod transport;

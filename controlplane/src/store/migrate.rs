@@ -33,6 +33,11 @@ pub(crate) const POSTGRES: &[Migration] = &[
         name: "batch",
         sql: include_str!("../../../migrations/postgres/0004_batch.sql"),
     },
+    Migration {
+        version: 5,
+        name: "transport_leases",
+        sql: include_str!("../../../migrations/postgres/0005_transport_leases.sql"),
+    },
 ];
 
 pub(crate) const SQLITE: &[Migration] = &[
@@ -55,6 +60,11 @@ pub(crate) const SQLITE: &[Migration] = &[
         version: 4,
         name: "batch",
         sql: include_str!("../../../migrations/sqlite/0004_batch.sql"),
+    },
+    Migration {
+        version: 5,
+        name: "transport_leases",
+        sql: include_str!("../../../migrations/sqlite/0005_transport_leases.sql"),
     },
 ];
 

@@ -203,7 +203,7 @@ impl Engine {
         Ok(RequestHandle {
             seq,
             events: events_rx,
-            tx: self.tx.clone(),
+            cancel: Canceller::Engine(self.tx.clone()),
             done: false,
         })
     }
@@ -244,11 +244,18 @@ impl Drop for Engine {
     }
 }
 
+/// How a handle cancels its request: through this engine's command channel,
+/// or through whatever another process's transport gave it.
+enum Canceller {
+    Engine(mpsc::Sender<Command>),
+    External(Box<dyn Fn() + Send + Sync>),
+}
+
 /// The caller's side of one request. Dropping it cancels the request.
 pub struct RequestHandle {
     seq: SeqId,
     events: tmpsc::UnboundedReceiver<EngineEvent>,
-    tx: mpsc::Sender<Command>,
+    cancel: Canceller,
     done: bool,
 }
 
@@ -272,6 +279,22 @@ pub struct Collected {
 }
 
 impl RequestHandle {
+    /// A handle for a request an engine in another process runs: its events
+    /// arrive on `events` (sent by the caller's transport), and `cancel` runs
+    /// when the caller cancels or drops the handle before the request ended.
+    pub fn external(
+        seq: SeqId,
+        events: tmpsc::UnboundedReceiver<EngineEvent>,
+        cancel: impl Fn() + Send + Sync + 'static,
+    ) -> Self {
+        RequestHandle {
+            seq,
+            events,
+            cancel: Canceller::External(Box::new(cancel)),
+            done: false,
+        }
+    }
+
     pub fn seq(&self) -> SeqId {
         self.seq
     }
@@ -317,7 +340,12 @@ impl RequestHandle {
 
     /// Cancels now; the handle then reports `Finished { Cancelled }`.
     pub fn cancel(&self) {
-        let _ = self.tx.send(Command::Cancel(self.seq));
+        match &self.cancel {
+            Canceller::Engine(tx) => {
+                let _ = tx.send(Command::Cancel(self.seq));
+            }
+            Canceller::External(f) => f(),
+        }
     }
 
     pub fn collect_blocking(&mut self) -> Collected {
@@ -348,7 +376,7 @@ impl RequestHandle {
 impl Drop for RequestHandle {
     fn drop(&mut self) {
         if !self.done {
-            let _ = self.tx.send(Command::Cancel(self.seq));
+            self.cancel();
         }
     }
 }

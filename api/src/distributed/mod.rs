@@ -1,0 +1,39 @@
+//! The distributed mode: `stoker api` and `stoker executor` as separate
+//! processes sharing Postgres (events, read models, batch shards, partition
+//! leases) and talking over Kafka (jobs, replies, control, capacity;
+//! DESIGN section 8).
+//!
+//! Both processes run the same server as `stoker serve` (`serve.rs`): the
+//! executor is `serve` plus a [`job_server`] that takes jobs from its
+//! partition; the API is `serve` with a [`remote::RemoteBackend`] in place of
+//! the engine, so validation, admission, routing, SSE and the batch API are
+//! the very code paths of the single-process mode.
+
+pub mod capacity;
+pub mod job_server;
+pub mod processes;
+pub mod remote;
+pub mod wire;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use stoker_controlplane::transport::KafkaSettings;
+
+use crate::config::Config;
+
+/// The transport settings a process's config names.
+pub fn kafka_settings(config: &Config) -> KafkaSettings {
+    let k = &config.kafka;
+    let mut s = KafkaSettings::new(k.brokers.clone());
+    s.topics.interactive_partitions = k.interactive_partitions.max(1);
+    s.topics.reply_partitions = k.reply_partitions.max(1);
+    s.produce_timeout = Duration::from_millis(k.produce_timeout_ms.max(1));
+    s
+}
+
+pub fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,363 @@
+//! The API's backend in the distributed mode: the executors behind Kafka.
+//!
+//! [`RemoteBackend::submit`] picks the executor with the most headroom from
+//! the capacity view, sends the job to its partition, and hands back a
+//! [`RequestHandle`] fed by this instance's reply partition. A watchdog
+//! declares an executor lost when its reports stop; the requests it held end
+//! at once with `executor_lost` (retryable while no token was delivered), so
+//! a stream never continues with text from another generation.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use stoker_controlplane::transport::Kafka;
+use stoker_executor::chat_template::ChatTemplate;
+use stoker_executor::engine::{EngineEvent, EngineStats, ModelInfo};
+use stoker_executor::tokenizer::ModelTokenizer;
+use stoker_executor::{EngineError, RequestHandle, RequestLimits, SeqId, ValidRequest};
+use stoker_schemas::transport::{
+    CapacityReport, ControlCommand, ControlMessage, JobMessage, ReplyEvent, ReplyMessage,
+    TRANSPORT_VERSION, Versioned,
+};
+use tokio::sync::mpsc;
+
+use super::capacity::{CapacityView, Entry};
+use super::{unix_ms, wire};
+use crate::backend::Backend;
+
+struct Pending {
+    events: mpsc::UnboundedSender<EngineEvent>,
+    executor: String,
+    /// A token reached the client: a retry would repeat it.
+    delivered: bool,
+    next_seq: u64,
+}
+
+struct Inner {
+    info: ModelInfo,
+    tokenizer: ModelTokenizer,
+    chat_template: ChatTemplate,
+    kafka: Kafka,
+    /// This instance's partition of `stoker.replies`.
+    reply_partition: i32,
+    instance: String,
+    view: Mutex<CapacityView>,
+    pending: Mutex<HashMap<String, Pending>>,
+    next: AtomicU64,
+    rt: tokio::runtime::Handle,
+}
+
+/// What `stoker api` generates with.
+#[derive(Clone)]
+pub struct RemoteBackend {
+    inner: Arc<Inner>,
+}
+
+/// The parts of a loaded artifact the API validates with (no weights).
+pub struct ArtifactMeta {
+    pub info: ModelInfo,
+    pub tokenizer: ModelTokenizer,
+    pub chat_template: ChatTemplate,
+}
+
+impl RemoteBackend {
+    /// Starts the reply, capacity and watchdog loops. `instance` names this
+    /// API process in request ids; `reply_partition` is the partition its
+    /// lease holds.
+    pub fn start(
+        meta: ArtifactMeta,
+        kafka: Kafka,
+        reply_partition: i32,
+        instance: String,
+        executor_timeout: Duration,
+        rt: tokio::runtime::Handle,
+    ) -> Result<Self, stoker_controlplane::transport::KafkaError> {
+        let topics = kafka.topics().clone();
+        let replies = kafka.assign_from_end(
+            &topics.replies,
+            &[reply_partition],
+            &format!("stoker-api-{instance}"),
+        )?;
+        let capacity =
+            kafka.assign_all_from_end(&topics.capacity, &format!("stoker-api-{instance}"))?;
+        let inner = Arc::new(Inner {
+            info: meta.info,
+            tokenizer: meta.tokenizer,
+            chat_template: meta.chat_template,
+            kafka,
+            reply_partition,
+            instance,
+            view: Mutex::new(CapacityView::new(executor_timeout)),
+            pending: Mutex::new(HashMap::new()),
+            next: AtomicU64::new(1),
+            rt: rt.clone(),
+        });
+        {
+            let inner = inner.clone();
+            rt.spawn(async move {
+                loop {
+                    match replies.recv().await {
+                        Ok(m) => match Some(ReplyMessage::decode(&m)) {
+                            Some(Ok(r)) => inner.on_reply(r),
+                            Some(Err(e)) => tracing::warn!(error = %e, "dropping a reply"),
+                            None => {}
+                        },
+                        Err(e) => {
+                            tracing::warn!(error = %e, "reply consumer");
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                    }
+                }
+            });
+        }
+        {
+            let inner = inner.clone();
+            rt.spawn(async move {
+                loop {
+                    match capacity.recv().await {
+                        Ok(m) => match Some(CapacityReport::decode(&m)) {
+                            Some(Ok(r)) => inner.view.lock().unwrap().observe(r, Instant::now()),
+                            Some(Err(e)) => {
+                                tracing::warn!(error = %e, "dropping a capacity report")
+                            }
+                            None => {}
+                        },
+                        Err(e) => {
+                            tracing::warn!(error = %e, "capacity consumer");
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                    }
+                }
+            });
+        }
+        {
+            let inner = inner.clone();
+            rt.spawn(async move {
+                let mut t = tokio::time::interval(Duration::from_millis(100));
+                loop {
+                    t.tick().await;
+                    let lost = inner.view.lock().unwrap().expire(Instant::now());
+                    for id in lost {
+                        inner.executor_lost(&id);
+                    }
+                }
+            });
+        }
+        Ok(RemoteBackend { inner })
+    }
+
+    /// Every executor this instance has heard of, with liveness.
+    pub fn executors(&self) -> Vec<(Entry, bool)> {
+        self.inner.view.lock().unwrap().entries()
+    }
+
+    /// Whether some executor takes this model's requests now.
+    pub fn any_ready(&self) -> bool {
+        self.inner
+            .view
+            .lock()
+            .unwrap()
+            .any_ready(&self.inner.info.identity.sha256, Instant::now())
+    }
+
+    /// Requests waiting for replies.
+    pub fn in_flight(&self) -> usize {
+        self.inner.pending.lock().unwrap().len()
+    }
+}
+
+impl Inner {
+    fn on_reply(&self, r: ReplyMessage) {
+        let mut pending = self.pending.lock().unwrap();
+        let Some(p) = pending.get_mut(&r.request_id) else {
+            // Cancelled, lost, or meant for a previous holder of this partition.
+            return;
+        };
+        if p.executor != r.executor_id {
+            tracing::warn!(request_id = %r.request_id, from = %r.executor_id, "reply from an executor the request was not sent to");
+            return;
+        }
+        if r.seq < p.next_seq {
+            return; // a duplicate of a redelivered message
+        }
+        if r.seq > p.next_seq {
+            tracing::warn!(request_id = %r.request_id, expected = p.next_seq, got = r.seq, "replies missing");
+        }
+        p.next_seq = r.seq + 1;
+        let last = matches!(
+            r.event,
+            ReplyEvent::Finished { .. } | ReplyEvent::Error { .. }
+        );
+        if matches!(&r.event, ReplyEvent::Delta { text, .. } if !text.is_empty()) {
+            p.delivered = true;
+        }
+        let _ = p.events.send(wire::event_from_wire(r.event));
+        if last {
+            pending.remove(&r.request_id);
+        }
+    }
+
+    fn executor_lost(&self, id: &str) {
+        let mut pending = self.pending.lock().unwrap();
+        let ids: Vec<String> = pending
+            .iter()
+            .filter(|(_, p)| p.executor == id)
+            .map(|(k, _)| k.clone())
+            .collect();
+        tracing::warn!(
+            executor = id,
+            requests = ids.len(),
+            "executor lost: it stopped reporting"
+        );
+        for rid in ids {
+            if let Some(p) = pending.remove(&rid) {
+                let (code, retry) = if p.delivered {
+                    ("executor_lost_after_output", "it cannot be resumed")
+                } else {
+                    ("executor_lost", "no output was delivered; retry it")
+                };
+                let _ = p.events.send(EngineEvent::Error(EngineError::Remote {
+                    code: code.into(),
+                    message: format!("the executor `{id}` serving this request was lost; {retry}"),
+                }));
+            }
+        }
+    }
+
+    fn fail(&self, request_id: &str, code: &str, message: String) {
+        if let Some(p) = self.pending.lock().unwrap().remove(request_id) {
+            let _ = p.events.send(EngineEvent::Error(EngineError::Remote {
+                code: code.into(),
+                message,
+            }));
+        }
+    }
+
+    fn cancel(self: &Arc<Self>, request_id: &str) {
+        let Some(p) = self.pending.lock().unwrap().remove(request_id) else {
+            return;
+        };
+        let msg = ControlMessage {
+            v: TRANSPORT_VERSION,
+            executor_id: p.executor.clone(),
+            command: ControlCommand::Cancel {
+                request_id: request_id.to_string(),
+            },
+        };
+        let inner = self.clone();
+        self.rt.spawn(async move {
+            let topic = inner.kafka.topics().control.clone();
+            if let Err(e) = inner
+                .kafka
+                .send(&topic, None, &msg.executor_id, &msg.encode())
+                .await
+            {
+                tracing::warn!(error = %e, "could not send a cancel; the executor finishes the request for nobody");
+            }
+        });
+    }
+}
+
+impl Backend for RemoteBackend {
+    fn info(&self) -> &ModelInfo {
+        &self.inner.info
+    }
+    fn tokenizer(&self) -> &ModelTokenizer {
+        &self.inner.tokenizer
+    }
+    fn chat_template(&self) -> &ChatTemplate {
+        &self.inner.chat_template
+    }
+    fn model_limits(&self) -> RequestLimits {
+        let i = &self.inner.info;
+        RequestLimits {
+            context_window: i.context_window,
+            max_input_tokens: i.context_window,
+            max_output_tokens: i.context_window,
+            vocab_size: i.vocab_size,
+        }
+    }
+    fn stats(&self) -> EngineStats {
+        self.inner
+            .view
+            .lock()
+            .unwrap()
+            .stats(&self.inner.info.identity.sha256, Instant::now())
+    }
+
+    fn submit(&self, request: ValidRequest) -> Result<RequestHandle, EngineError> {
+        let inner = &self.inner;
+        let demand = request.prompt().len() + request.params().max_tokens;
+        let choice = inner
+            .view
+            .lock()
+            .unwrap()
+            .pick(&inner.info.identity.sha256, demand, Instant::now())
+            .ok_or_else(|| EngineError::Remote {
+                code: "not_ready".into(),
+                message: "no executor serving this model is ready".into(),
+            })?;
+        let n = inner.next.fetch_add(1, Ordering::Relaxed);
+        let request_id = format!("{}-{n}", inner.instance);
+        let (tx, rx) = mpsc::unbounded_channel();
+        inner.pending.lock().unwrap().insert(
+            request_id.clone(),
+            Pending {
+                events: tx,
+                executor: choice.executor_id.clone(),
+                delivered: false,
+                next_seq: 0,
+            },
+        );
+        let job = JobMessage {
+            v: TRANSPORT_VERSION,
+            request_id: request_id.clone(),
+            executor_id: choice.executor_id.clone(),
+            model_sha256: inner.info.identity.sha256.clone(),
+            reply_partition: inner.reply_partition,
+            prompt: request.prompt().to_vec(),
+            sampling: wire::sampling_to_wire(request.params()),
+            lane: wire::lane_to_wire(request.lane()).into(),
+            tenant: request.tenant().0.clone(),
+            sent_unix_ms: unix_ms(),
+        };
+        {
+            let inner = inner.clone();
+            let rid = request_id.clone();
+            inner.rt.clone().spawn(async move {
+                let topic = inner.kafka.topics().interactive.clone();
+                if let Err(e) = inner
+                    .kafka
+                    .send(&topic, Some(choice.partition), &rid, &job.encode())
+                    .await
+                {
+                    inner.fail(
+                        &rid,
+                        "not_ready",
+                        format!("the job could not be handed to an executor: {e}"),
+                    );
+                }
+            });
+        }
+        let weak = Arc::downgrade(inner);
+        Ok(RequestHandle::external(SeqId(n), rx, move || {
+            if let Some(i) = weak.upgrade() {
+                i.cancel(&request_id);
+            }
+        }))
+    }
+
+    /// Ready once some executor serving this model reports ready.
+    fn warm_up(&self) -> Result<(), EngineError> {
+        while !self.any_ready() {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    fn kind(&self) -> &'static str {
+        "kafka"
+    }
+}

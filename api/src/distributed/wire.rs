@@ -1,0 +1,214 @@
+//! Conversions between the engine's types and the transport's bodies, in
+//! one place so both ends agree.
+
+use std::time::Duration;
+
+use stoker_executor::engine::{EngineEvent, FinishReason, Timings, Usage};
+use stoker_executor::{EngineError, Lane, SamplingParams};
+use stoker_schemas::transport::{ReplyEvent, WireSampling};
+
+use crate::error::{ApiError, RetryAfter};
+
+pub fn sampling_to_wire(p: &SamplingParams) -> WireSampling {
+    WireSampling {
+        temperature: p.temperature,
+        top_p: p.top_p,
+        top_k: p.top_k.map(|k| k as u32),
+        seed: p.seed,
+        max_tokens: p.max_tokens as u32,
+        stop: p.stop.clone(),
+        stop_token_ids: p.stop_token_ids.clone(),
+        stop_at_eos: p.stop_at_eos,
+    }
+}
+
+pub fn sampling_from_wire(w: &WireSampling) -> SamplingParams {
+    SamplingParams {
+        temperature: w.temperature,
+        top_p: w.top_p,
+        top_k: w.top_k.map(|k| k as usize),
+        seed: w.seed,
+        max_tokens: w.max_tokens as usize,
+        stop: w.stop.clone(),
+        stop_token_ids: w.stop_token_ids.clone(),
+        stop_at_eos: w.stop_at_eos,
+    }
+}
+
+pub fn lane_to_wire(l: Lane) -> &'static str {
+    match l {
+        Lane::Interactive => "interactive",
+        Lane::Batch => "batch",
+    }
+}
+
+pub fn lane_from_wire(s: &str) -> Option<Lane> {
+    match s {
+        "interactive" => Some(Lane::Interactive),
+        "batch" => Some(Lane::Batch),
+        _ => None,
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn dur(ms: f64) -> Duration {
+    if ms.is_finite() && ms > 0.0 {
+        Duration::from_secs_f64((ms / 1000.0).min(1e9))
+    } else {
+        Duration::ZERO
+    }
+}
+
+/// What the executor sends for an engine event.
+pub fn event_to_wire(ev: &EngineEvent) -> ReplyEvent {
+    match ev {
+        EngineEvent::Started { queue } => ReplyEvent::Started {
+            queue_ms: ms(*queue),
+        },
+        EngineEvent::Delta { text, token_ids } => ReplyEvent::Delta {
+            text: text.clone(),
+            token_ids: token_ids.clone(),
+        },
+        EngineEvent::Finished {
+            reason,
+            usage,
+            timings,
+        } => ReplyEvent::Finished {
+            reason: reason.as_str().to_string(),
+            prompt_tokens: usage.prompt_tokens as u32,
+            completion_tokens: usage.completion_tokens as u32,
+            cached_prompt_tokens: usage.cached_prompt_tokens as u32,
+            queue_ms: ms(timings.queue),
+            prefill_ms: ms(timings.prefill),
+            ttft_ms: ms(timings.ttft),
+            decode_ms: ms(timings.decode),
+            total_ms: ms(timings.total),
+            preemptions: timings.preemptions,
+        },
+        EngineEvent::Error(e) => error_to_wire(&ApiError::from_engine(
+            e.clone(),
+            RetryAfter(Duration::from_secs(1)),
+        )),
+    }
+}
+
+pub fn error_to_wire(e: &ApiError) -> ReplyEvent {
+    let message = match e {
+        // The API instance logs and hides internals the same way.
+        ApiError::Internal(m) => m.clone(),
+        other => other.to_string(),
+    };
+    ReplyEvent::Error {
+        code: e.code().to_string(),
+        message,
+    }
+}
+
+/// What the API's handle receives for a reply.
+pub fn event_from_wire(ev: ReplyEvent) -> EngineEvent {
+    match ev {
+        ReplyEvent::Started { queue_ms } => EngineEvent::Started {
+            queue: dur(queue_ms),
+        },
+        ReplyEvent::Delta { text, token_ids } => EngineEvent::Delta { text, token_ids },
+        ReplyEvent::Finished {
+            reason,
+            prompt_tokens,
+            completion_tokens,
+            cached_prompt_tokens,
+            queue_ms,
+            prefill_ms,
+            ttft_ms,
+            decode_ms,
+            total_ms,
+            preemptions,
+        } => EngineEvent::Finished {
+            reason: match reason.as_str() {
+                "stop" => FinishReason::Stop,
+                "length" => FinishReason::Length,
+                _ => FinishReason::Cancelled,
+            },
+            usage: Usage {
+                prompt_tokens: prompt_tokens as usize,
+                completion_tokens: completion_tokens as usize,
+                cached_prompt_tokens: cached_prompt_tokens as usize,
+            },
+            timings: Timings {
+                queue: dur(queue_ms),
+                prefill: dur(prefill_ms),
+                ttft: dur(ttft_ms),
+                decode: dur(decode_ms),
+                total: dur(total_ms),
+                preemptions,
+            },
+        },
+        ReplyEvent::Error { code, message } => {
+            EngineEvent::Error(EngineError::Remote { code, message })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_survive_the_wire() {
+        let events = [
+            EngineEvent::Started {
+                queue: Duration::from_millis(12),
+            },
+            EngineEvent::Delta {
+                text: "hi".into(),
+                token_ids: vec![1, 2],
+            },
+            EngineEvent::Finished {
+                reason: FinishReason::Length,
+                usage: Usage {
+                    prompt_tokens: 5,
+                    completion_tokens: 3,
+                    cached_prompt_tokens: 1,
+                },
+                timings: Timings {
+                    queue: Duration::from_millis(1),
+                    prefill: Duration::from_millis(2),
+                    ttft: Duration::from_millis(3),
+                    decode: Duration::from_millis(4),
+                    total: Duration::from_millis(7),
+                    preemptions: 1,
+                },
+            },
+        ];
+        for ev in events {
+            assert_eq!(event_from_wire(event_to_wire(&ev)), ev);
+        }
+    }
+
+    #[test]
+    fn engine_refusals_keep_their_catalogue_code() {
+        let ev = EngineEvent::Error(EngineError::QueueFull {
+            lane: Lane::Interactive,
+        });
+        let back = event_from_wire(event_to_wire(&ev));
+        let EngineEvent::Error(e) = back else {
+            panic!("{back:?}")
+        };
+        let api = ApiError::from_engine(e, RetryAfter(Duration::from_secs(2)));
+        assert_eq!(api.code(), "server_overloaded");
+        assert_eq!(api.retry_after(), Some(RetryAfter(Duration::from_secs(2))));
+    }
+
+    #[test]
+    fn hostile_wire_values_are_clamped() {
+        assert_eq!(dur(f64::NAN), Duration::ZERO);
+        assert_eq!(dur(-5.0), Duration::ZERO);
+        assert!(dur(f64::INFINITY) == Duration::ZERO);
+        assert!(dur(1e300) <= Duration::from_secs(1_000_000_000));
+        assert_eq!(lane_from_wire("turbo"), None);
+        let sp = SamplingParams::greedy(9);
+        assert_eq!(sampling_from_wire(&sampling_to_wire(&sp)), sp);
+    }
+}

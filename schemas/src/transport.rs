@@ -1,0 +1,212 @@
+//! The messages API instances and executors exchange over Kafka in the
+//! distributed mode (DESIGN section 8). Each body is JSON with a version
+//! field `v`; a reader refuses a version it does not know instead of guessing
+//! at it, and ignores fields it does not know, so a newer writer can add
+//! optional fields without a version bump.
+//!
+//! | topic | body |
+//! |---|---|
+//! | `stoker.interactive` | [`JobMessage`] |
+//! | `stoker.replies` | [`ReplyMessage`] |
+//! | `stoker.control` | [`ControlMessage`] |
+//! | `stoker.capacity` | [`CapacityReport`] |
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The version of every body below.
+pub const TRANSPORT_VERSION: u32 = 1;
+
+/// Sampling as the engine takes it, after the API validated it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct WireSampling {
+    pub temperature: f32,
+    pub top_p: f32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_k: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    pub max_tokens: u32,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stop: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stop_token_ids: Vec<u32>,
+    pub stop_at_eos: bool,
+}
+
+/// One interactive generation, sent to the partition of the executor the API
+/// chose. The executor validates it again against its own limits and answers
+/// a typed refusal when the API's view of its capacity was stale.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct JobMessage {
+    pub v: u32,
+    /// Unique per generation; replies and cancels name it.
+    pub request_id: String,
+    /// The executor the API chose; a message that reaches another one (a
+    /// partition changed hands) is refused, never run by the wrong process.
+    pub executor_id: String,
+    /// The artifact the API validated against.
+    pub model_sha256: String,
+    /// Where the replies go: a partition of `stoker.replies`.
+    pub reply_partition: i32,
+    pub prompt: Vec<u32>,
+    pub sampling: WireSampling,
+    /// `interactive` or `batch`.
+    pub lane: String,
+    pub tenant: String,
+    /// Milliseconds since the epoch when the API sent it: a job older than
+    /// the API's patience is refused instead of run for nobody.
+    pub sent_unix_ms: u64,
+}
+
+/// What happened to a job, in order per request (`seq` counts from 0).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ReplyMessage {
+    pub v: u32,
+    pub request_id: String,
+    pub executor_id: String,
+    pub seq: u64,
+    pub event: ReplyEvent,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ReplyEvent {
+    /// The engine scheduled the request after `queue_ms` in its queue.
+    Started {
+        queue_ms: f64,
+    },
+    Delta {
+        text: String,
+        token_ids: Vec<u32>,
+    },
+    Finished {
+        /// `stop`, `length` or `cancelled`.
+        reason: String,
+        prompt_tokens: u32,
+        completion_tokens: u32,
+        cached_prompt_tokens: u32,
+        queue_ms: f64,
+        prefill_ms: f64,
+        ttft_ms: f64,
+        decode_ms: f64,
+        total_ms: f64,
+        preemptions: u32,
+    },
+    /// The request ended with the error of this catalogue code.
+    Error {
+        code: String,
+        message: String,
+    },
+}
+
+/// Sent to every executor; each acts on what names it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ControlMessage {
+    pub v: u32,
+    pub executor_id: String,
+    pub command: ControlCommand,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ControlCommand {
+    /// The client went away: stop the generation and free its KV blocks.
+    Cancel { request_id: String },
+}
+
+/// An executor's live capacity, published every 500 ms (keyed by executor id
+/// on a compacted topic). An executor whose reports stop is treated as lost.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CapacityReport {
+    pub v: u32,
+    pub executor_id: String,
+    pub deployment_id: String,
+    pub revision_id: String,
+    pub model_sha256: String,
+    /// The `stoker.interactive` partition it reads.
+    pub partition: i32,
+    /// Takes new work (loaded, warmed up, not draining).
+    pub ready: bool,
+    pub draining: bool,
+    pub running: u32,
+    pub waiting: u32,
+    /// Prompt + max tokens of every waiting request.
+    pub waiting_tokens: u64,
+    pub kv_blocks_total: u64,
+    pub kv_blocks_free: u64,
+    pub block_size: u32,
+    pub max_num_seqs: u32,
+    pub tokens_per_second: f64,
+    pub prefill_tokens_per_second: f64,
+    pub decode_tokens_per_second: f64,
+    /// Counts up per report from the same process start.
+    pub seq: u64,
+    pub sent_unix_ms: u64,
+}
+
+/// Why a body was refused.
+#[derive(Debug)]
+pub enum DecodeError {
+    Json(serde_json::Error),
+    Version(u32),
+}
+
+impl std::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DecodeError::Json(e) => write!(f, "malformed message: {e}"),
+            DecodeError::Version(v) => write!(
+                f,
+                "message version {v} is not supported (this build reads {TRANSPORT_VERSION})"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+/// A body with a version field.
+pub trait Versioned: Serialize + for<'de> Deserialize<'de> {
+    fn version(&self) -> u32;
+
+    fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("transport messages serialize")
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        let m: Self = serde_json::from_slice(bytes).map_err(DecodeError::Json)?;
+        match m.version() {
+            TRANSPORT_VERSION => Ok(m),
+            v => Err(DecodeError::Version(v)),
+        }
+    }
+}
+
+macro_rules! versioned {
+    ($($t:ty),*) => {$(
+        impl Versioned for $t {
+            fn version(&self) -> u32 {
+                self.v
+            }
+        }
+    )*};
+}
+
+versioned!(JobMessage, ReplyMessage, ControlMessage, CapacityReport);
+
+/// The JSON Schema of each body, as checked in under `schemas/transport/`.
+pub fn json_schemas() -> Vec<(&'static str, String)> {
+    fn render<T: JsonSchema>() -> String {
+        let schema = schemars::schema_for!(T);
+        let mut text = serde_json::to_string_pretty(&schema).expect("a JSON Schema is plain JSON");
+        text.push('\n');
+        text
+    }
+    vec![
+        ("job.schema.json", render::<JobMessage>()),
+        ("reply.schema.json", render::<ReplyMessage>()),
+        ("control.schema.json", render::<ControlMessage>()),
+        ("capacity_report.schema.json", render::<CapacityReport>()),
+    ]
+}

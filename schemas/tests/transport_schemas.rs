@@ -1,0 +1,127 @@
+//! The Kafka message contract: checked-in schemas match the code, bodies
+//! round-trip, unknown versions and malformed bodies are refused, and unknown
+//! fields from a newer writer are ignored.
+
+use std::path::PathBuf;
+
+use stoker_schemas::transport::*;
+
+fn dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("transport")
+}
+
+#[test]
+fn checked_in_transport_schemas_match_the_code() {
+    let update = std::env::var_os("STOKER_UPDATE_SCHEMAS").is_some();
+    let mut stale = Vec::new();
+    for (file, generated) in json_schemas() {
+        let path = dir().join(file);
+        if update {
+            std::fs::create_dir_all(dir()).unwrap();
+            std::fs::write(&path, &generated).unwrap();
+        }
+        if std::fs::read_to_string(&path).unwrap_or_default() != generated {
+            stale.push(format!("schemas/transport/{file}"));
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "{} differ from schemas/src/transport.rs; regenerate with \
+         STOKER_UPDATE_SCHEMAS=1 cargo test --release -p stoker-schemas --test transport_schemas",
+        stale.join(", ")
+    );
+}
+
+fn job() -> JobMessage {
+    JobMessage {
+        v: TRANSPORT_VERSION,
+        request_id: "req_1".into(),
+        executor_id: "ex-a".into(),
+        model_sha256: "ab".repeat(32),
+        reply_partition: 3,
+        prompt: vec![1, 2, 3],
+        sampling: WireSampling {
+            temperature: 0.0,
+            top_p: 1.0,
+            top_k: None,
+            seed: Some(7),
+            max_tokens: 16,
+            stop: vec!["\n\n".into()],
+            stop_token_ids: vec![],
+            stop_at_eos: true,
+        },
+        lane: "interactive".into(),
+        tenant: "default".into(),
+        sent_unix_ms: 1,
+    }
+}
+
+#[test]
+fn bodies_round_trip() {
+    let j = job();
+    assert_eq!(JobMessage::decode(&j.encode()).unwrap(), j);
+    for event in [
+        ReplyEvent::Started { queue_ms: 1.5 },
+        ReplyEvent::Delta {
+            text: "héllo".into(),
+            token_ids: vec![5, 6],
+        },
+        ReplyEvent::Error {
+            code: "server_overloaded".into(),
+            message: "full".into(),
+        },
+    ] {
+        let r = ReplyMessage {
+            v: TRANSPORT_VERSION,
+            request_id: "req_1".into(),
+            executor_id: "ex-a".into(),
+            seq: 2,
+            event,
+        };
+        assert_eq!(ReplyMessage::decode(&r.encode()).unwrap(), r);
+    }
+    let c = ControlMessage {
+        v: TRANSPORT_VERSION,
+        executor_id: "ex-a".into(),
+        command: ControlCommand::Cancel {
+            request_id: "req_1".into(),
+        },
+    };
+    assert_eq!(ControlMessage::decode(&c.encode()).unwrap(), c);
+}
+
+#[test]
+fn unknown_versions_and_hostile_bodies_are_refused() {
+    let mut j = job();
+    j.v = 99;
+    let e = JobMessage::decode(&j.encode()).unwrap_err();
+    assert!(matches!(e, DecodeError::Version(99)), "{e}");
+    assert!(e.to_string().contains("version 99"));
+    for bad in [
+        &b""[..],
+        b"null",
+        b"{}",
+        b"[1,2]",
+        b"{\"v\":1}",
+        b"\xff\xfe",
+        b"{\"v\":1,\"request_id\":5}",
+    ] {
+        assert!(
+            matches!(JobMessage::decode(bad), Err(DecodeError::Json(_))),
+            "{bad:?}"
+        );
+        assert!(ReplyMessage::decode(bad).is_err());
+        assert!(CapacityReport::decode(bad).is_err());
+    }
+    // A deeply nested body is refused by serde_json's recursion limit, not a stack overflow.
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    assert!(ControlMessage::decode(deep.as_bytes()).is_err());
+}
+
+#[test]
+fn fields_from_a_newer_writer_are_ignored() {
+    let mut v: serde_json::Value = serde_json::from_slice(&job().encode()).unwrap();
+    v["priority_hint"] = serde_json::json!("high");
+    let back = JobMessage::decode(&serde_json::to_vec(&v).unwrap()).unwrap();
+    assert_eq!(back, job());
+}
