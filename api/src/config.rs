@@ -61,6 +61,9 @@ pub struct KafkaConfig {
     pub lease_ttl_ms: u64,
     /// How long a produce may wait for the broker.
     pub produce_timeout_ms: u64,
+    /// librdkafka properties for every client (`"security.protocol" =
+    /// "ssl"`, …); they override stoker's own.
+    pub client_properties: std::collections::BTreeMap<String, String>,
 }
 
 impl Default for KafkaConfig {
@@ -73,6 +76,7 @@ impl Default for KafkaConfig {
             executor_timeout_ms: 1500,
             lease_ttl_ms: 6000,
             produce_timeout_ms: 3000,
+            client_properties: Default::default(),
         }
     }
 }

@@ -230,6 +230,9 @@ async fn drain_in_flight(state: &AppState, timeout: Duration) {
     // API instances stop routing here now rather than at the next report.
     if let Some(js) = state.job_server.get() {
         js.publish_capacity().await;
+        // Jobs routed from an older report may still arrive: take them
+        // before judging what is in flight.
+        tokio::time::sleep(js.drain_grace()).await;
     }
     // Batch shards stop taking rows, finish those in flight, checkpoint and
     // release, beside the interactive drain.

@@ -3,11 +3,16 @@
 
 use tracing_subscriber::EnvFilter;
 
-/// `STOKER_LOG` or `RUST_LOG` sets the filter; default `info`.
+/// `STOKER_LOG` or `RUST_LOG` sets the filter; default `info`. librdkafka
+/// logs every failed reconnect at error level; unless the filter names it,
+/// only its warnings-free summary (our own throttled lines) is kept.
 pub fn init(format: &str) {
-    let filter = std::env::var("STOKER_LOG")
+    let mut filter = std::env::var("STOKER_LOG")
         .or_else(|_| std::env::var("RUST_LOG"))
         .unwrap_or_else(|_| "info".into());
+    if !filter.contains("kafka") {
+        filter.push_str(",rdkafka=off,librdkafka=off");
+    }
     let filter = EnvFilter::try_new(&filter).unwrap_or_else(|_| EnvFilter::new("info"));
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -118,11 +118,23 @@ impl CapacityView {
     /// then free KV tokens; ties go to the fewest running. `None` when no
     /// executor serving it is alive and ready.
     pub fn pick(&mut self, sha256: &str, demand: usize, now: Instant) -> Option<Choice> {
+        self.pick_excluding(sha256, demand, now, &[])
+    }
+
+    /// [`CapacityView::pick`] among the executors not in `tried`.
+    pub fn pick_excluding(
+        &mut self,
+        sha256: &str,
+        demand: usize,
+        now: Instant,
+        tried: &[String],
+    ) -> Option<Choice> {
         let timeout = self.timeout;
         let best = self
             .entries
             .values_mut()
             .filter(|e| e.takes_work(sha256, now, timeout))
+            .filter(|e| !tried.contains(&e.report.executor_id))
             .max_by(|a, b| {
                 (
                     a.slots() > 0,
@@ -233,6 +245,16 @@ mod tests {
         v.observe(report("a", 0, 8, 100), t0);
         // a has no free slot now: b wins although a has more KV.
         assert_eq!(v.pick("sha", 100, t0).unwrap().executor_id, "b");
+        // A retry goes elsewhere, or nowhere.
+        let tried = ["b".to_string()];
+        assert_eq!(
+            v.pick_excluding("sha", 100, t0, &tried)
+                .unwrap()
+                .executor_id,
+            "a"
+        );
+        let both = ["a".to_string(), "b".to_string()];
+        assert_eq!(v.pick_excluding("sha", 100, t0, &both), None);
     }
 
     #[test]

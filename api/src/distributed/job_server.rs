@@ -36,6 +36,8 @@ pub struct JobServer {
     /// Cancel switches of the jobs running now, by request id.
     running: Mutex<HashMap<String, oneshot::Sender<()>>>,
     report_seq: AtomicU64,
+    /// When this executor started draining (unix ms; 0 while not).
+    drain_started_ms: AtomicU64,
 }
 
 impl JobServer {
@@ -43,12 +45,12 @@ impl JobServer {
     pub fn spawn(state: AppState, kafka: Kafka, lease: Lease) -> anyhow::Result<Arc<JobServer>> {
         let executor_id = state.config.executor_id.clone();
         let topics = kafka.topics().clone();
-        let jobs = kafka.assign_from_end(
+        let mut jobs = kafka.assign_from_end(
             &topics.interactive,
             &[lease.slot],
             &format!("stoker-executor-{executor_id}"),
         )?;
-        let control = kafka
+        let mut control = kafka
             .assign_all_from_end(&topics.control, &format!("stoker-executor-{executor_id}"))?;
         let me = Arc::new(JobServer {
             state,
@@ -57,10 +59,12 @@ impl JobServer {
             partition: lease.slot,
             running: Mutex::new(HashMap::new()),
             report_seq: AtomicU64::new(0),
+            drain_started_ms: AtomicU64::new(0),
         });
         {
             let me = me.clone();
             tokio::spawn(async move {
+                let mut warned = None;
                 loop {
                     match jobs.recv().await {
                         Ok(m) => match Some(JobMessage::decode(&m)) {
@@ -72,7 +76,9 @@ impl JobServer {
                             None => {}
                         },
                         Err(e) => {
-                            tracing::warn!(error = %e, "job consumer");
+                            if super::warn_due(&mut warned) {
+                                tracing::warn!(error = %e, "job consumer (repeats are not logged for 10 s)");
+                            }
                             tokio::time::sleep(Duration::from_millis(100)).await;
                         }
                     }
@@ -82,6 +88,7 @@ impl JobServer {
         {
             let me = me.clone();
             tokio::spawn(async move {
+                let mut warned = None;
                 loop {
                     match control.recv().await {
                         Ok(m) => match Some(ControlMessage::decode(&m)) {
@@ -93,7 +100,9 @@ impl JobServer {
                             None => {}
                         },
                         Err(e) => {
-                            tracing::warn!(error = %e, "control consumer");
+                            if super::warn_due(&mut warned) {
+                                tracing::warn!(error = %e, "control consumer (repeats are not logged for 10 s)");
+                            }
                             tokio::time::sleep(Duration::from_millis(100)).await;
                         }
                     }
@@ -135,6 +144,18 @@ impl JobServer {
 
     pub fn partition(&self) -> i32 {
         self.partition
+    }
+
+    /// How long after a drain began jobs are still taken: the API instances
+    /// may have routed them from a report that predates the drain.
+    pub fn drain_grace(&self) -> Duration {
+        Duration::from_millis(self.state.config.kafka.executor_timeout_ms.max(100))
+    }
+
+    /// Whether a job sent at `sent_unix_ms` is still taken while draining.
+    fn within_drain_grace(&self, sent_unix_ms: u64) -> bool {
+        let started = self.drain_started_ms.load(Ordering::Relaxed);
+        started > 0 && sent_unix_ms <= started + self.drain_grace().as_millis() as u64
     }
 
     fn on_control(&self, c: ControlMessage) {
@@ -183,6 +204,14 @@ impl JobServer {
     /// Publishes one capacity report (also called at drain so the API stops
     /// routing here before the next tick).
     pub async fn publish_capacity(&self) {
+        if self.state.phase() == Phase::Draining {
+            let _ = self.drain_started_ms.compare_exchange(
+                0,
+                unix_ms(),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
         let Some(r) = self.report() else { return };
         let topic = self.kafka.topics().capacity.clone();
         if let Err(e) = self
@@ -237,7 +266,10 @@ impl JobServer {
                 retry_after: retry,
             });
         }
-        let served = self.state.ready()?;
+        let served = match (self.state.phase(), self.state.served()) {
+            (Phase::Draining, Some(s)) if self.within_drain_grace(job.sent_unix_ms) => s,
+            _ => self.state.ready()?,
+        };
         if job.model_sha256 != served.provenance.sha256 {
             return Err(ApiError::NotReady {
                 message: format!(

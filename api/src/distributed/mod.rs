@@ -28,6 +28,11 @@ pub fn kafka_settings(config: &Config) -> KafkaSettings {
     s.topics.interactive_partitions = k.interactive_partitions.max(1);
     s.topics.reply_partitions = k.reply_partitions.max(1);
     s.produce_timeout = Duration::from_millis(k.produce_timeout_ms.max(1));
+    s.client_properties = k
+        .client_properties
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     s
 }
 
@@ -36,4 +41,17 @@ pub fn unix_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+/// Whether a repeated warning is due: the first time, then at most every
+/// ten seconds (a broker outage fails every poll).
+pub fn warn_due(last: &mut Option<std::time::Instant>) -> bool {
+    let now = std::time::Instant::now();
+    match last {
+        Some(t) if now.duration_since(*t) < Duration::from_secs(10) => false,
+        _ => {
+            *last = Some(now);
+            true
+        }
+    }
 }

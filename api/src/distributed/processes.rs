@@ -28,7 +28,10 @@ async fn connect(state: &AppState) -> anyhow::Result<Kafka> {
     loop {
         attempt += 1;
         match kafka.ensure_topics().await {
-            Ok(()) => return Ok(kafka),
+            Ok(()) => {
+                kafka.spawn_healer(Duration::from_secs(1));
+                return Ok(kafka);
+            }
             Err(e) if attempt < 30 => {
                 tracing::warn!(attempt, error = %e, "creating topics; retrying");
                 tokio::time::sleep(Duration::from_millis(500)).await;
@@ -120,7 +123,35 @@ pub async fn start_executor(state: &AppState) -> anyhow::Result<Arc<JobServer>> 
     tracing::info!(partition = lease.slot, "taking jobs");
     let st = state.clone();
     // Assigning partitions reads offsets from the broker: blocking calls.
-    tokio::task::spawn_blocking(move || JobServer::spawn(st, kafka, lease))
+    let js = tokio::task::spawn_blocking(move || JobServer::spawn(st, kafka, lease))
         .await
-        .context("job server start panicked")?
+        .context("job server start panicked")??;
+    spawn_drain_watch(state.clone());
+    Ok(js)
+}
+
+/// `stoker admin drain EXECUTOR` may be sent to any API instance: it records
+/// the event, and the executor sees it here on its next read-model refresh.
+fn spawn_drain_watch(state: AppState) {
+    use stoker_controlplane::projection::ExecutorStatus;
+    let every = Duration::from_millis(state.config.control.refresh_interval_ms.max(50));
+    tokio::spawn(async move {
+        let mut t = tokio::time::interval(every);
+        loop {
+            t.tick().await;
+            let Some(c) = state.control() else { return };
+            let status =
+                c.cp.projector()
+                    .views()
+                    .await
+                    .executors
+                    .get(&state.config.executor_id)
+                    .map(|e| e.status);
+            if status == Some(ExecutorStatus::Draining) {
+                tracing::info!("a drain was recorded for this executor");
+                state.request_drain();
+                return;
+            }
+        }
+    });
 }

@@ -27,9 +27,15 @@ use super::capacity::{CapacityView, Entry};
 use super::{unix_ms, wire};
 use crate::backend::Backend;
 
+/// How many executors a request is offered to before a refusal stands.
+const MAX_ATTEMPTS: usize = 3;
+
 struct Pending {
     events: mpsc::UnboundedSender<EngineEvent>,
     executor: String,
+    /// The job as sent, for a retry elsewhere; executors that refused it.
+    job: JobMessage,
+    tried: Vec<String>,
     /// A token reached the client: a retry would repeat it.
     delivered: bool,
     next_seq: u64,
@@ -75,12 +81,12 @@ impl RemoteBackend {
         rt: tokio::runtime::Handle,
     ) -> Result<Self, stoker_controlplane::transport::KafkaError> {
         let topics = kafka.topics().clone();
-        let replies = kafka.assign_from_end(
+        let mut replies = kafka.assign_from_end(
             &topics.replies,
             &[reply_partition],
             &format!("stoker-api-{instance}"),
         )?;
-        let capacity =
+        let mut capacity =
             kafka.assign_all_from_end(&topics.capacity, &format!("stoker-api-{instance}"))?;
         let inner = Arc::new(Inner {
             info: meta.info,
@@ -97,6 +103,7 @@ impl RemoteBackend {
         {
             let inner = inner.clone();
             rt.spawn(async move {
+                let mut warned = None;
                 loop {
                     match replies.recv().await {
                         Ok(m) => match Some(ReplyMessage::decode(&m)) {
@@ -105,7 +112,9 @@ impl RemoteBackend {
                             None => {}
                         },
                         Err(e) => {
-                            tracing::warn!(error = %e, "reply consumer");
+                            if super::warn_due(&mut warned) {
+                                tracing::warn!(error = %e, "reply consumer (repeats are not logged for 10 s)");
+                            }
                             tokio::time::sleep(Duration::from_millis(100)).await;
                         }
                     }
@@ -115,6 +124,7 @@ impl RemoteBackend {
         {
             let inner = inner.clone();
             rt.spawn(async move {
+                let mut warned = None;
                 loop {
                     match capacity.recv().await {
                         Ok(m) => match Some(CapacityReport::decode(&m)) {
@@ -125,7 +135,9 @@ impl RemoteBackend {
                             None => {}
                         },
                         Err(e) => {
-                            tracing::warn!(error = %e, "capacity consumer");
+                            if super::warn_due(&mut warned) {
+                                tracing::warn!(error = %e, "capacity consumer (repeats are not logged for 10 s)");
+                            }
                             tokio::time::sleep(Duration::from_millis(100)).await;
                         }
                     }
@@ -169,7 +181,7 @@ impl RemoteBackend {
 }
 
 impl Inner {
-    fn on_reply(&self, r: ReplyMessage) {
+    fn on_reply(self: &Arc<Self>, r: ReplyMessage) {
         let mut pending = self.pending.lock().unwrap();
         let Some(p) = pending.get_mut(&r.request_id) else {
             // Cancelled, lost, or meant for a previous holder of this partition.
@@ -186,6 +198,33 @@ impl Inner {
             tracing::warn!(request_id = %r.request_id, expected = p.next_seq, got = r.seq, "replies missing");
         }
         p.next_seq = r.seq + 1;
+        // Refused before it started because the view was stale (the executor
+        // is draining, full, or no longer reads that partition): offer the
+        // job to another executor instead of failing the client.
+        if let ReplyEvent::Error { code, message } = &r.event
+            && r.seq == 0
+            && matches!(code.as_str(), "not_ready" | "server_overloaded")
+            && p.tried.len() < MAX_ATTEMPTS
+        {
+            let demand = p.job.prompt.len() + p.job.sampling.max_tokens as usize;
+            let next = self.view.lock().unwrap().pick_excluding(
+                &self.info.identity.sha256,
+                demand,
+                Instant::now(),
+                &p.tried,
+            );
+            if let Some(choice) = next {
+                tracing::debug!(request_id = %r.request_id, from = %p.executor, to = %choice.executor_id, %message, "re-routing a refused job");
+                p.executor = choice.executor_id.clone();
+                p.tried.push(choice.executor_id.clone());
+                p.next_seq = 0;
+                p.job.executor_id = choice.executor_id;
+                let job = p.job.clone();
+                drop(pending);
+                self.send_job(job, choice.partition);
+                return;
+            }
+        }
         let last = matches!(
             r.event,
             ReplyEvent::Finished { .. } | ReplyEvent::Error { .. }
@@ -213,7 +252,11 @@ impl Inner {
         );
         for rid in ids {
             if let Some(p) = pending.remove(&rid) {
-                let (code, retry) = if p.delivered {
+                // Not started yet: the request never ran, so to the client
+                // this is the service not being ready, and retryable.
+                let (code, retry) = if p.next_seq == 0 {
+                    ("not_ready", "it had not started; retry it")
+                } else if p.delivered {
                     ("executor_lost_after_output", "it cannot be resumed")
                 } else {
                     ("executor_lost", "no output was delivered; retry it")
@@ -233,6 +276,24 @@ impl Inner {
                 message,
             }));
         }
+    }
+
+    fn send_job(self: &Arc<Self>, job: JobMessage, partition: i32) {
+        let inner = self.clone();
+        self.rt.spawn(async move {
+            let topic = inner.kafka.topics().interactive.clone();
+            if let Err(e) = inner
+                .kafka
+                .send(&topic, Some(partition), &job.request_id, &job.encode())
+                .await
+            {
+                inner.fail(
+                    &job.request_id,
+                    "not_ready",
+                    format!("the job could not be handed to an executor: {e}"),
+                );
+            }
+        });
     }
 
     fn cancel(self: &Arc<Self>, request_id: &str) {
@@ -302,15 +363,6 @@ impl Backend for RemoteBackend {
         let n = inner.next.fetch_add(1, Ordering::Relaxed);
         let request_id = format!("{}-{n}", inner.instance);
         let (tx, rx) = mpsc::unbounded_channel();
-        inner.pending.lock().unwrap().insert(
-            request_id.clone(),
-            Pending {
-                events: tx,
-                executor: choice.executor_id.clone(),
-                delivered: false,
-                next_seq: 0,
-            },
-        );
         let job = JobMessage {
             v: TRANSPORT_VERSION,
             request_id: request_id.clone(),
@@ -323,24 +375,18 @@ impl Backend for RemoteBackend {
             tenant: request.tenant().0.clone(),
             sent_unix_ms: unix_ms(),
         };
-        {
-            let inner = inner.clone();
-            let rid = request_id.clone();
-            inner.rt.clone().spawn(async move {
-                let topic = inner.kafka.topics().interactive.clone();
-                if let Err(e) = inner
-                    .kafka
-                    .send(&topic, Some(choice.partition), &rid, &job.encode())
-                    .await
-                {
-                    inner.fail(
-                        &rid,
-                        "not_ready",
-                        format!("the job could not be handed to an executor: {e}"),
-                    );
-                }
-            });
-        }
+        inner.pending.lock().unwrap().insert(
+            request_id.clone(),
+            Pending {
+                events: tx,
+                executor: choice.executor_id.clone(),
+                job: job.clone(),
+                tried: vec![choice.executor_id.clone()],
+                delivered: false,
+                next_seq: 0,
+            },
+        );
+        inner.send_job(job, choice.partition);
         let weak = Arc::downgrade(inner);
         Ok(RequestHandle::external(SeqId(n), rx, move || {
             if let Some(i) = weak.upgrade() {

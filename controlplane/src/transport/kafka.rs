@@ -6,6 +6,8 @@
 //! at `Offset::End`, so a message produced after `assign_*` returns is never
 //! skipped by a late offset lookup.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -54,6 +56,8 @@ pub struct KafkaSettings {
     /// How long a consumer waits for data before the broker answers an empty
     /// fetch; bounds the latency a message adds.
     pub fetch_wait_ms: u32,
+    /// librdkafka properties set on every client, after ours (so they win).
+    pub client_properties: Vec<(String, String)>,
 }
 
 impl KafkaSettings {
@@ -63,6 +67,7 @@ impl KafkaSettings {
             topics: Topics::default(),
             produce_timeout: Duration::from_secs(5),
             fetch_wait_ms: 5,
+            client_properties: Vec::new(),
         }
     }
 }
@@ -75,6 +80,10 @@ pub enum KafkaError {
     CreateTopic { topic: String, code: String },
     #[error("topic {0} has no partitions in the broker's metadata")]
     NoPartitions(String),
+    #[error("re-assigning a consumer: {0}")]
+    Reassign(String),
+    #[error("the broker is unavailable; waiting for it to come back")]
+    Unavailable,
     #[error("partition {partition} is outside topic {topic}'s {count} partitions")]
     NoSuchPartition {
         topic: String,
@@ -89,6 +98,9 @@ pub enum KafkaError {
 pub struct Kafka {
     settings: KafkaSettings,
     producer: FutureProducer,
+    /// Set when a consumer or produce failed: the broker may have restarted
+    /// without its log (topics gone), so [`Kafka::heal`] re-creates them.
+    trouble: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for Kafka {
@@ -102,8 +114,7 @@ impl std::fmt::Debug for Kafka {
 impl Kafka {
     /// Connects the producer; nothing is sent until the first message.
     pub fn connect(settings: KafkaSettings) -> Result<Self, KafkaError> {
-        let producer: FutureProducer = ClientConfig::new()
-            .set("bootstrap.servers", &settings.brokers)
+        let producer: FutureProducer = client_config(&settings)
             // Replies are token deltas: send each at once.
             .set("linger.ms", "0")
             .set(
@@ -112,8 +123,14 @@ impl Kafka {
             )
             .set("socket.keepalive.enable", "true")
             .set("reconnect.backoff.max.ms", "1000")
+            .set("topic.metadata.refresh.interval.ms", "2000")
+            .with_properties(&settings)
             .create()?;
-        Ok(Kafka { settings, producer })
+        Ok(Kafka {
+            settings,
+            producer,
+            trouble: Arc::new(AtomicBool::new(false)),
+        })
     }
 
     pub fn settings(&self) -> &KafkaSettings {
@@ -127,8 +144,8 @@ impl Kafka {
     /// Creates the topics that do not exist yet, with the configured
     /// partition counts. Existing topics are left as they are.
     pub async fn ensure_topics(&self) -> Result<(), KafkaError> {
-        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-            .set("bootstrap.servers", &self.settings.brokers)
+        let admin: AdminClient<DefaultClientContext> = client_config(&self.settings)
+            .with_properties(&self.settings)
             .create()?;
         let t = &self.settings.topics;
         let wanted = [
@@ -174,6 +191,11 @@ impl Kafka {
         key: &str,
         payload: &[u8],
     ) -> Result<(), KafkaError> {
+        // While the broker is (or was just) gone, fail fast rather than
+        // queue messages for a broker that may come back without its topics.
+        if !self.healthy() {
+            return Err(KafkaError::Unavailable);
+        }
         let mut rec = FutureRecord::to(topic).key(key).payload(payload);
         if let Some(p) = partition {
             rec = rec.partition(p);
@@ -182,7 +204,39 @@ impl Kafka {
             .send(rec, Timeout::After(self.settings.produce_timeout))
             .await
             .map(|_| ())
-            .map_err(|(e, _)| KafkaError::Client(e))
+            .map_err(|(e, _)| {
+                self.trouble.store(true, Ordering::Relaxed);
+                KafkaError::Client(e)
+            })
+    }
+
+    /// After trouble, makes sure the topics exist again (a broker that lost
+    /// its log comes back without them). Cheap when nothing went wrong.
+    pub async fn heal(&self) {
+        if !self.trouble.load(Ordering::Relaxed) {
+            return;
+        }
+        match self.ensure_topics().await {
+            Ok(()) => {
+                self.trouble.store(false, Ordering::Relaxed);
+                tracing::info!("broker reachable; topics in place");
+            }
+            Err(e) => tracing::debug!(error = %e, "broker still unavailable"),
+        }
+    }
+
+    /// Re-checks the topics every `every` after trouble, for as long as the
+    /// process runs.
+    pub fn spawn_healer(&self, every: Duration) {
+        let k = self.clone();
+        tokio::spawn(async move {
+            let mut t = tokio::time::interval(every);
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                t.tick().await;
+                k.heal().await;
+            }
+        });
     }
 
     /// Waits until queued messages are delivered (at shutdown).
@@ -191,8 +245,7 @@ impl Kafka {
     }
 
     fn consumer(&self, group: &str) -> Result<StreamConsumer, KafkaError> {
-        Ok(ClientConfig::new()
-            .set("bootstrap.servers", &self.settings.brokers)
+        Ok(client_config(&self.settings)
             // Assigned partitions only; the group id is never joined.
             .set("group.id", group)
             .set("enable.auto.commit", "false")
@@ -201,6 +254,13 @@ impl Kafka {
             .set("fetch.min.bytes", "1")
             .set("socket.keepalive.enable", "true")
             .set("reconnect.backoff.max.ms", "1000")
+            // A broker that came back without its log has lower offsets than
+            // the ones we hold: read its new log from the start, so nothing
+            // produced since it came back is skipped (stale or foreign
+            // messages are refused by request and executor id).
+            .set("auto.offset.reset", "earliest")
+            .set("topic.metadata.refresh.interval.ms", "2000")
+            .with_properties(&self.settings)
             .create()?)
     }
 
@@ -228,47 +288,151 @@ impl Kafka {
         partitions: &[i32],
         group: &str,
     ) -> Result<Receiver, KafkaError> {
-        let c = self.consumer(group)?;
-        let count = self.partition_count(topic)?;
-        let mut tpl = TopicPartitionList::new();
-        for &p in partitions {
-            if p < 0 || p >= count {
-                return Err(KafkaError::NoSuchPartition {
-                    topic: topic.to_string(),
-                    partition: p,
-                    count,
-                });
-            }
-            let (_, high) = c.fetch_watermarks(topic, p, Duration::from_secs(10))?;
-            tpl.add_partition_offset(topic, p, Offset::Offset(high))?;
-        }
-        c.assign(&tpl)?;
-        Ok(Receiver(c))
+        let mut r = Receiver {
+            consumer: None,
+            kafka: self.clone(),
+            topic: topic.to_string(),
+            partitions: Some(partitions.to_vec()),
+            group: group.to_string(),
+        };
+        r.consumer = Some(r.assign()?);
+        Ok(r)
     }
 
     /// A consumer of every partition of `topic` from its current end.
     pub fn assign_all_from_end(&self, topic: &str, group: &str) -> Result<Receiver, KafkaError> {
-        let n = self.partition_count(topic)?;
-        let all: Vec<i32> = (0..n).collect();
-        self.assign_from_end(topic, &all, group)
+        let mut r = Receiver {
+            consumer: None,
+            kafka: self.clone(),
+            topic: topic.to_string(),
+            partitions: None,
+            group: group.to_string(),
+        };
+        r.consumer = Some(r.assign()?);
+        Ok(r)
+    }
+
+    /// Whether no trouble was seen since the topics were last confirmed.
+    pub fn healthy(&self) -> bool {
+        !self.trouble.load(Ordering::Relaxed)
+    }
+}
+
+/// A client configuration naming the brokers; callers add their settings,
+/// then [`WithProperties::with_properties`] the operator's.
+fn client_config(settings: &KafkaSettings) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &settings.brokers);
+    c
+}
+
+/// Applies the operator's librdkafka properties last, so they win.
+trait WithProperties {
+    fn with_properties(&mut self, settings: &KafkaSettings) -> &mut Self;
+}
+
+impl WithProperties for ClientConfig {
+    fn with_properties(&mut self, settings: &KafkaSettings) -> &mut Self {
+        for (k, v) in &settings.client_properties {
+            self.set(k, v);
+        }
+        self
     }
 }
 
 /// The reading end of assigned partitions.
-pub struct Receiver(StreamConsumer);
+///
+/// On a broker error the consumer is dropped, and a new one is assigned
+/// once [`Kafka::heal`] has confirmed the topics again. A consumer that kept
+/// fetching from a broker that came back without its topics would get
+/// leader-discovery replies that crash librdkafka 2.12 (a null topic name in
+/// its metadata cache update); a fresh assignment after the topics exist
+/// never asks for a missing one.
+pub struct Receiver {
+    consumer: Option<StreamConsumer>,
+    kafka: Kafka,
+    topic: String,
+    /// `None`: every partition.
+    partitions: Option<Vec<i32>>,
+    group: String,
+}
 
 impl std::fmt::Debug for Receiver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Receiver")
+        f.debug_struct("Receiver")
+            .field("topic", &self.topic)
+            .field("partitions", &self.partitions)
+            .finish()
     }
 }
 
 impl Receiver {
-    /// The next message's payload (empty for a message without one). Errors
-    /// are the broker's; the client reconnects by itself, so callers log,
-    /// pause and call again.
-    pub async fn recv(&self) -> Result<Vec<u8>, KafkaError> {
-        let m = self.0.recv().await?;
-        Ok(m.payload().map(<[u8]>::to_vec).unwrap_or_default())
+    /// A consumer of this receiver's partitions from their current ends
+    /// (blocking: reads offsets from the broker).
+    fn assign(&self) -> Result<StreamConsumer, KafkaError> {
+        let k = &self.kafka;
+        let c = k.consumer(&self.group)?;
+        let count = k.partition_count(&self.topic)?;
+        let partitions = self
+            .partitions
+            .clone()
+            .unwrap_or_else(|| (0..count).collect());
+        let mut tpl = TopicPartitionList::new();
+        for p in partitions {
+            if p < 0 || p >= count {
+                return Err(KafkaError::NoSuchPartition {
+                    topic: self.topic.clone(),
+                    partition: p,
+                    count,
+                });
+            }
+            let (_, high) = c.fetch_watermarks(&self.topic, p, Duration::from_secs(10))?;
+            tpl.add_partition_offset(&self.topic, p, Offset::Offset(high))?;
+        }
+        c.assign(&tpl)?;
+        Ok(c)
+    }
+
+    /// The next message's payload (empty for a message without one). An
+    /// error means the broker is unreachable; callers log, pause and call
+    /// again, and this reconnects once the broker and its topics are back.
+    pub async fn recv(&mut self) -> Result<Vec<u8>, KafkaError> {
+        if self.consumer.is_none() {
+            while !self.kafka.healthy() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let me = Receiver {
+                consumer: None,
+                kafka: self.kafka.clone(),
+                topic: self.topic.clone(),
+                partitions: self.partitions.clone(),
+                group: self.group.clone(),
+            };
+            let c = tokio::task::spawn_blocking(move || me.assign())
+                .await
+                .map_err(|e| KafkaError::Reassign(e.to_string()))?;
+            match c {
+                Ok(c) => {
+                    tracing::info!(topic = %self.topic, "consumer re-assigned");
+                    self.consumer = Some(c);
+                }
+                Err(e) => {
+                    self.kafka.trouble.store(true, Ordering::Relaxed);
+                    return Err(e);
+                }
+            }
+        }
+        let consumer = self.consumer.as_ref().expect("assigned above");
+        match consumer.recv().await {
+            Ok(m) => Ok(m.payload().map(<[u8]>::to_vec).unwrap_or_default()),
+            Err(e) => {
+                self.kafka.trouble.store(true, Ordering::Relaxed);
+                // Stop fetching now; closing a consumer may block briefly.
+                if let Some(c) = self.consumer.take() {
+                    tokio::task::spawn_blocking(move || drop(c));
+                }
+                Err(e.into())
+            }
+        }
     }
 }

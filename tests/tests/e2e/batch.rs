@@ -13,18 +13,18 @@ use serde_json::{Value, json};
 
 use crate::harness::{Server, ServerOptions, fresh_dir, http, stoker_bin};
 
-const TERMINAL: [&str; 4] = ["completed", "failed", "expired", "cancelled"];
+pub(crate) const TERMINAL: [&str; 4] = ["completed", "failed", "expired", "cancelled"];
 
 /// One HTTP answer: the status, the body as JSON (`Null` when it is not JSON)
 /// and the `Retry-After` header.
 #[derive(Debug)]
-struct Answer {
-    status: u16,
-    body: Value,
-    retry_after: Option<String>,
+pub(crate) struct Answer {
+    pub status: u16,
+    pub body: Value,
+    pub retry_after: Option<String>,
 }
 
-async fn answer(req: reqwest::RequestBuilder, key: Option<&str>) -> Answer {
+pub(crate) async fn answer(req: reqwest::RequestBuilder, key: Option<&str>) -> Answer {
     let req = match key {
         Some(k) => req.bearer_auth(k),
         None => req,
@@ -44,21 +44,21 @@ async fn answer(req: reqwest::RequestBuilder, key: Option<&str>) -> Answer {
     }
 }
 
-async fn get(server: &Server, key: Option<&str>, path: &str) -> Answer {
+pub(crate) async fn get(server: &Server, key: Option<&str>, path: &str) -> Answer {
     answer(http().get(server.url(path)), key).await
 }
 
-async fn post(server: &Server, key: Option<&str>, path: &str, body: &Value) -> Answer {
+pub(crate) async fn post(server: &Server, key: Option<&str>, path: &str, body: &Value) -> Answer {
     answer(http().post(server.url(path)).json(body), key).await
 }
 
 /// `POST /v1/files` with the given multipart form.
-async fn upload(server: &Server, key: Option<&str>, form: Form) -> Answer {
+pub(crate) async fn upload(server: &Server, key: Option<&str>, form: Form) -> Answer {
     answer(http().post(server.url("/v1/files")).multipart(form), key).await
 }
 
 /// The form the OpenAI SDK sends: `purpose` and a `file` part.
-fn file_form(name: &str, data: &[u8], purpose: Option<&str>) -> Form {
+pub(crate) fn file_form(name: &str, data: &[u8], purpose: Option<&str>) -> Form {
     let part = Part::bytes(data.to_vec())
         .file_name(name.to_owned())
         .mime_str("application/jsonl")
@@ -71,7 +71,7 @@ fn file_form(name: &str, data: &[u8], purpose: Option<&str>) -> Form {
     form.part("file", part)
 }
 
-fn ok(a: &Answer, what: &str) -> Value {
+pub(crate) fn ok(a: &Answer, what: &str) -> Value {
     assert_eq!(a.status, 200, "{what}: {a:?}");
     a.body.clone()
 }
@@ -135,7 +135,7 @@ impl Findings {
     }
 }
 
-fn jsonl(lines: &[Value]) -> Vec<u8> {
+pub(crate) fn jsonl(lines: &[Value]) -> Vec<u8> {
     let mut out = Vec::new();
     for line in lines {
         out.extend_from_slice(line.to_string().as_bytes());
@@ -144,7 +144,7 @@ fn jsonl(lines: &[Value]) -> Vec<u8> {
     out
 }
 
-fn chat_line(custom_id: &str, model: &str, content: &str, max_tokens: u32) -> Value {
+pub(crate) fn chat_line(custom_id: &str, model: &str, content: &str, max_tokens: u32) -> Value {
     json!({
         "custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions",
         "body": {"model": model, "messages": [{"role": "user", "content": content}],
@@ -152,24 +152,34 @@ fn chat_line(custom_id: &str, model: &str, content: &str, max_tokens: u32) -> Va
     })
 }
 
-fn completion_line(custom_id: &str, model: &str, prompt: &str, max_tokens: u32) -> Value {
+pub(crate) fn completion_line(
+    custom_id: &str,
+    model: &str,
+    prompt: &str,
+    max_tokens: u32,
+) -> Value {
     json!({
         "custom_id": custom_id, "method": "POST", "url": "/v1/completions",
         "body": {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0},
     })
 }
 
-fn status_of(batch: &Value) -> &str {
+pub(crate) fn status_of(batch: &Value) -> &str {
     batch["status"].as_str().unwrap_or("?")
 }
 
-fn counts(batch: &Value) -> (u64, u64, u64) {
+pub(crate) fn counts(batch: &Value) -> (u64, u64, u64) {
     let n = |k: &str| batch["request_counts"][k].as_u64().unwrap_or(0);
     (n("total"), n("completed"), n("failed"))
 }
 
 /// Polls a batch until it ends or `deadline` passes.
-async fn wait_terminal(server: &Server, key: Option<&str>, id: &str, deadline: Instant) -> Value {
+pub(crate) async fn wait_terminal(
+    server: &Server,
+    key: Option<&str>,
+    id: &str,
+    deadline: Instant,
+) -> Value {
     let mut last = String::new();
     loop {
         let b = ok(
@@ -193,7 +203,7 @@ async fn wait_terminal(server: &Server, key: Option<&str>, id: &str, deadline: I
 }
 
 /// The parsed lines of a file (none for a missing file id).
-async fn file_lines(server: &Server, key: Option<&str>, file_id: &Value) -> Vec<Value> {
+pub(crate) async fn file_lines(server: &Server, key: Option<&str>, file_id: &Value) -> Vec<Value> {
     let Some(id) = file_id.as_str() else {
         return Vec::new();
     };
@@ -215,7 +225,7 @@ async fn file_lines(server: &Server, key: Option<&str>, file_id: &Value) -> Vec<
 }
 
 /// Asserts each of `ids` appears exactly once across the lines.
-fn each_exactly_once(ids: &[String], lines: &[&Value], what: &str) {
+pub(crate) fn each_exactly_once(ids: &[String], lines: &[&Value], what: &str) {
     let mut seen: HashMap<&str, usize> = HashMap::new();
     for line in lines {
         let id = line["custom_id"]

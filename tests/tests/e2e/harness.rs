@@ -106,6 +106,10 @@ pub struct ServerOptions {
     /// A data dir that outlives the server (restart tests); default: one inside
     /// the server's own temp folder.
     pub data_dir: Option<PathBuf>,
+    /// The subcommand (`serve` when unset; `api`, `executor`).
+    pub command: Option<String>,
+    /// Extra arguments after the common ones.
+    pub args: Vec<String>,
 }
 
 impl ServerOptions {
@@ -117,6 +121,16 @@ impl ServerOptions {
 
     pub fn data_dir(mut self, dir: &Path) -> Self {
         self.data_dir = Some(dir.to_path_buf());
+        self
+    }
+
+    pub fn command(mut self, command: &str) -> Self {
+        self.command = Some(command.to_string());
+        self
+    }
+
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.args.push(arg.into());
         self
     }
 
@@ -148,7 +162,7 @@ impl Server {
         std::fs::write(&config_path, &opts.config).expect("write config");
 
         let mut cmd = Command::new(&bin);
-        cmd.arg("serve")
+        cmd.arg(opts.command.as_deref().unwrap_or("serve"))
             .arg("--config")
             .arg(&config_path)
             .arg("--model")
@@ -157,6 +171,7 @@ impl Server {
             .arg("127.0.0.1:0")
             .arg("--data-dir")
             .arg(&data_dir)
+            .args(&opts.args)
             .current_dir(repo_root())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

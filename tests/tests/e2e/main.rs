@@ -9,7 +9,9 @@
 
 mod batch;
 mod bench;
+mod cluster;
 mod control;
+mod distributed;
 mod drain;
 mod harness;
 mod logs;

@@ -86,9 +86,56 @@ pub async fn admission(State(state): State<AppState>, _admin: Admin) -> Response
     Json(state.admission.report(&stats)).into_response()
 }
 
-pub async fn list_executors(admin: Admin) -> Response {
+/// The executors the events know, each with `live`: what its latest
+/// capacity report says (distributed mode; `null` when this process has
+/// heard nothing from it, and always in `stoker serve`).
+pub async fn list_executors(State(state): State<AppState>, admin: Admin) -> Response {
     let v = admin.cp().views().await;
-    super::list(v.executors.values().cloned().collect()).into_response()
+    let mut live: std::collections::HashMap<String, serde_json::Value> = state
+        .remote
+        .get()
+        .map(|r| {
+            r.executors()
+                .into_iter()
+                .map(|(e, alive)| {
+                    let r = &e.report;
+                    let v = serde_json::json!({
+                        "alive": alive,
+                        "ready": r.ready && alive,
+                        "draining": r.draining,
+                        "partition": r.partition,
+                        "revision_id": r.revision_id,
+                        "model_sha256": r.model_sha256,
+                        "running": r.running,
+                        "waiting": r.waiting,
+                        "waiting_tokens": r.waiting_tokens,
+                        "kv_blocks_free": r.kv_blocks_free,
+                        "kv_blocks_total": r.kv_blocks_total,
+                        "max_num_seqs": r.max_num_seqs,
+                        "tokens_per_second": r.tokens_per_second,
+                        "last_report_ms_ago": e.seen.elapsed().as_millis() as u64,
+                    });
+                    (r.executor_id.clone(), v)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut out: Vec<serde_json::Value> = v
+        .executors
+        .values()
+        .map(|e| {
+            let mut j = serde_json::to_value(e).unwrap_or_default();
+            j["live"] = live
+                .remove(&e.executor_id)
+                .unwrap_or(serde_json::Value::Null);
+            j
+        })
+        .collect();
+    // Reporting, but not (yet) in the read model here.
+    for (id, l) in live {
+        out.push(serde_json::json!({ "executor_id": id, "live": l }));
+    }
+    super::list(out).into_response()
 }
 
 /// Records the drain; when it names this process's own executor, the server

