@@ -235,12 +235,16 @@ mod tests {
         let mut v = CapacityView::new(Duration::from_millis(1500));
         v.observe(report("a", 0, 0, 100), t0);
         v.observe(report("b", 1, 0, 50), t0);
-        // a has more free KV: it gets requests until what was sent since its
-        // report eats the difference (25 blocks of 16 tokens = 400 tokens).
-        let picks: Vec<String> = (0..6)
+        // a has more free KV (1600 tokens against 800): it gets requests
+        // until what was sent since its report fills its 8 sequence slots
+        // (its KV lead would have lasted 8 requests of 100 tokens too); then
+        // b, which has free slots.
+        let picks: Vec<String> = (0..10)
             .map(|_| v.pick("sha", 100, t0).unwrap().executor_id)
             .collect();
-        assert_eq!(picks, ["a", "a", "a", "a", "a", "b"], "{picks:?}");
+        let mut want = vec!["a"; 8];
+        want.extend(["b", "b"]);
+        assert_eq!(picks, want, "{picks:?}");
         // A fresh report resets what was counted.
         v.observe(report("a", 0, 8, 100), t0);
         // a has no free slot now: b wins although a has more KV.
