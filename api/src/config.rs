@@ -61,6 +61,12 @@ pub struct KafkaConfig {
     pub lease_ttl_ms: u64,
     /// How long a produce may wait for the broker.
     pub produce_timeout_ms: u64,
+    /// A request that hears nothing from its executor this long (while the
+    /// executor still reports) ends with a typed error.
+    pub reply_timeout_ms: u64,
+    /// How long a consumer's fetch waits at the broker for data: bounds the
+    /// latency each Kafka hop adds, against empty fetches per second.
+    pub fetch_wait_ms: u32,
     /// librdkafka properties for every client (`"security.protocol" =
     /// "ssl"`, …); they override stoker's own.
     pub client_properties: std::collections::BTreeMap<String, String>,
@@ -76,6 +82,8 @@ impl Default for KafkaConfig {
             executor_timeout_ms: 1500,
             lease_ttl_ms: 6000,
             produce_timeout_ms: 3000,
+            reply_timeout_ms: 60_000,
+            fetch_wait_ms: 5,
             client_properties: Default::default(),
         }
     }

@@ -28,6 +28,7 @@ pub fn kafka_settings(config: &Config) -> KafkaSettings {
     s.topics.interactive_partitions = k.interactive_partitions.max(1);
     s.topics.reply_partitions = k.reply_partitions.max(1);
     s.produce_timeout = Duration::from_millis(k.produce_timeout_ms.max(1));
+    s.fetch_wait_ms = k.fetch_wait_ms;
     s.client_properties = k
         .client_properties
         .iter()

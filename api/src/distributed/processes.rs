@@ -60,6 +60,7 @@ pub async fn load_api(state: &AppState) -> anyhow::Result<()> {
     let path = state.config.model.clone();
     let timeout = Duration::from_millis(state.config.kafka.executor_timeout_ms.max(100));
     let instance = state.config.executor_id.clone();
+    let reply_timeout = Duration::from_millis(state.config.kafka.reply_timeout_ms.max(1000));
     let rt = tokio::runtime::Handle::current();
     let backend = tokio::task::spawn_blocking(move || -> anyhow::Result<RemoteBackend> {
         let model = Model::load(&path, LoadOptions::default())
@@ -77,7 +78,13 @@ pub async fn load_api(state: &AppState) -> anyhow::Result<()> {
         };
         drop(model);
         Ok(RemoteBackend::start(
-            meta, kafka, lease.slot, instance, timeout, rt,
+            meta,
+            kafka,
+            lease.slot,
+            instance,
+            timeout,
+            reply_timeout,
+            rt,
         )?)
     })
     .await

@@ -39,6 +39,8 @@ struct Pending {
     /// A token reached the client: a retry would repeat it.
     delivered: bool,
     next_seq: u64,
+    /// When the job was sent or the last reply arrived.
+    last_heard: Instant,
 }
 
 struct Inner {
@@ -78,6 +80,7 @@ impl RemoteBackend {
         reply_partition: i32,
         instance: String,
         executor_timeout: Duration,
+        reply_timeout: Duration,
         rt: tokio::runtime::Handle,
     ) -> Result<Self, stoker_controlplane::transport::KafkaError> {
         let topics = kafka.topics().clone();
@@ -154,6 +157,7 @@ impl RemoteBackend {
                     for id in lost {
                         inner.executor_lost(&id);
                     }
+                    inner.end_silent(reply_timeout);
                 }
             });
         }
@@ -198,6 +202,7 @@ impl Inner {
             tracing::warn!(request_id = %r.request_id, expected = p.next_seq, got = r.seq, "replies missing");
         }
         p.next_seq = r.seq + 1;
+        p.last_heard = Instant::now();
         // Refused before it started because the view was stale (the executor
         // is draining, full, or no longer reads that partition): offer the
         // job to another executor instead of failing the client.
@@ -218,6 +223,7 @@ impl Inner {
                 p.executor = choice.executor_id.clone();
                 p.tried.push(choice.executor_id.clone());
                 p.next_seq = 0;
+                p.last_heard = Instant::now();
                 p.job.executor_id = choice.executor_id;
                 let job = p.job.clone();
                 drop(pending);
@@ -264,6 +270,39 @@ impl Inner {
                 let _ = p.events.send(EngineEvent::Error(EngineError::Remote {
                     code: code.into(),
                     message: format!("the executor `{id}` serving this request was lost; {retry}"),
+                }));
+            }
+        }
+    }
+
+    /// Ends requests that heard nothing for `timeout` although their
+    /// executor still reports (a lost job or reply): a typed error instead
+    /// of a client waiting forever.
+    fn end_silent(&self, timeout: Duration) {
+        let now = Instant::now();
+        let mut pending = self.pending.lock().unwrap();
+        let silent: Vec<String> = pending
+            .iter()
+            .filter(|(_, p)| now.saturating_duration_since(p.last_heard) > timeout)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for rid in silent {
+            if let Some(p) = pending.remove(&rid) {
+                tracing::warn!(request_id = %rid, executor = %p.executor, "no reply within the reply timeout");
+                let code = if p.next_seq == 0 {
+                    "not_ready"
+                } else if p.delivered {
+                    "executor_lost_after_output"
+                } else {
+                    "executor_lost"
+                };
+                let _ = p.events.send(EngineEvent::Error(EngineError::Remote {
+                    code: code.into(),
+                    message: format!(
+                        "no reply from executor `{}` for {} s",
+                        p.executor,
+                        timeout.as_secs()
+                    ),
                 }));
             }
         }
@@ -384,6 +423,7 @@ impl Backend for RemoteBackend {
                 tried: vec![choice.executor_id.clone()],
                 delivered: false,
                 next_seq: 0,
+                last_heard: Instant::now(),
             },
         );
         inner.send_job(job, choice.partition);
