@@ -324,8 +324,22 @@ impl From<BatchError> for ApiError {
             },
             BatchError::InUse { .. } => ApiError::Conflict(e.to_string()),
             BatchError::ControlPlane(c) => c.into(),
+            BatchError::Db(d) if stoker_controlplane::store::is_unavailable(&d) => {
+                database_unavailable(&d.to_string())
+            }
             other => ApiError::Internal(other.to_string()),
         }
+    }
+}
+
+/// The database is down or cut off: nothing was written, and the same
+/// request can succeed once it is back.
+fn database_unavailable(detail: &str) -> ApiError {
+    tracing::warn!(%detail, "control-plane database unreachable");
+    ApiError::NotReady {
+        message: "the control-plane database is unreachable; nothing was changed, retry shortly"
+            .into(),
+        retry_after: RetryAfter(std::time::Duration::from_secs(2)),
     }
 }
 
@@ -336,6 +350,7 @@ impl From<StoreError> for ApiError {
                 "{e}; someone else changed it first: re-read and retry"
             )),
             StoreError::BadCursor(_) => ApiError::invalid(e.to_string(), "cursor"),
+            StoreError::Unavailable(detail) => database_unavailable(&detail),
             other => ApiError::Internal(other.to_string()),
         }
     }

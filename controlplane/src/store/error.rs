@@ -1,5 +1,7 @@
 //! One error type for the event store (DESIGN section 9): the API maps `Conflict`
-//! to 409 `conflict`, `BadCursor` to 400, and everything else to an opaque 500.
+//! to 409 `conflict`, `BadCursor` to 400, `Unavailable` (the database cannot be
+//! reached now) to 503 `not_ready` with Retry-After, and everything else to an
+//! opaque 500.
 
 use super::{ExpectedVersion, StreamRef};
 
@@ -22,6 +24,10 @@ pub enum StoreError {
     Corrupt { position: i64, detail: String },
     #[error("migration failed: {0}")]
     Migration(String),
+    /// The database cannot be reached (down, restarting, the network cut):
+    /// the same command may succeed later.
+    #[error("the database is unreachable: {0}")]
+    Unavailable(String),
     #[error("database error: {0}")]
     Database(String),
 }
@@ -35,6 +41,44 @@ impl StoreError {
 
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
-        StoreError::Database(e.to_string())
+        if is_unavailable(&e) {
+            StoreError::Unavailable(e.to_string())
+        } else {
+            StoreError::Database(e.to_string())
+        }
+    }
+}
+
+/// Whether `e` says the database could not be reached or went away, rather
+/// than that it refused the statement: no connection within the pool's
+/// acquire timeout, a socket error, or a server shutting down or starting
+/// (SQLSTATE class 08, 57P01-57P03).
+pub fn is_unavailable(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) => true,
+        sqlx::Error::Tls(_) => true,
+        sqlx::Error::Database(d) => d
+            .code()
+            .is_some_and(|c| c.starts_with("08") || matches!(&*c, "57P01" | "57P02" | "57P03")),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connection_trouble_is_unavailable_and_the_rest_is_not() {
+        let io = sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert!(matches!(StoreError::from(io), StoreError::Unavailable(_)));
+        assert!(matches!(
+            StoreError::from(sqlx::Error::PoolTimedOut),
+            StoreError::Unavailable(_)
+        ));
+        assert!(matches!(
+            StoreError::from(sqlx::Error::RowNotFound),
+            StoreError::Database(_)
+        ));
     }
 }

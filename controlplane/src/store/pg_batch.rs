@@ -103,10 +103,13 @@ async fn run(pool: &PgPool, batch: Vec<Request>) {
         }
         Err(e) => {
             let unique = matches!(&e, sqlx::Error::Database(db) if db.is_unique_violation());
+            let unavailable = super::is_unavailable(&e);
             let msg = e.to_string();
             for req in batch {
                 let out = if unique {
                     conflict_now(pool, &req).await
+                } else if unavailable {
+                    Err(StoreError::Unavailable(msg.clone()))
                 } else {
                     Err(StoreError::Database(msg.clone()))
                 };

@@ -41,6 +41,9 @@ impl PgStore {
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         let pool = PgPoolOptions::new()
             .max_connections(16)
+            // While the database is unreachable a caller learns it within
+            // seconds (503 not_ready), not after sqlx's default 30 s.
+            .acquire_timeout(std::time::Duration::from_secs(3))
             .connect(url)
             .await?;
         let appends = pg_batch::spawn(pool.clone());

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::harness::{Server, ServerOptions, fresh_dir, http, repo_root};
+use crate::tcp_proxy::TcpProxy;
 
 pub fn tansu_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("STOKER_TANSU_BIN") {
@@ -166,6 +167,26 @@ impl Database {
             name,
         }
     }
+
+    /// The server's `host:port`.
+    pub fn server_addr(&self) -> std::net::SocketAddr {
+        let after_at = self.url.rsplit_once('@').map_or(&self.url[..], |(_, r)| r);
+        let after_scheme = after_at.rsplit_once("://").map_or(after_at, |(_, r)| r);
+        let hostport = after_scheme.split('/').next().unwrap();
+        std::net::ToSocketAddrs::to_socket_addrs(hostport)
+            .expect("the Postgres address")
+            .next()
+            .unwrap()
+    }
+
+    /// This database's URL through a relay on 127.0.0.1:`port`.
+    pub fn url_via(&self, port: u16) -> String {
+        let (user, _) = self
+            .url
+            .rsplit_once('@')
+            .expect("a user in the Postgres URL");
+        format!("{user}@127.0.0.1:{port}/{}", self.name)
+    }
 }
 
 impl Drop for Database {
@@ -186,6 +207,8 @@ impl Drop for Database {
 pub struct Cluster {
     pub executors: Vec<Server>,
     pub api: Server,
+    /// Between the processes and Postgres, when the test cuts the database.
+    pub db_proxy: Option<TcpProxy>,
     pub broker: Broker,
     pub db: Database,
     objects: PathBuf,
@@ -235,8 +258,27 @@ impl Cluster {
         config: &str,
         admin_key: Option<&str>,
     ) -> Cluster {
+        Cluster::start_inner(tag, executors, config, admin_key, false).await
+    }
+
+    /// A cluster whose processes reach Postgres through [`Cluster::db_proxy`].
+    pub async fn start_behind_db_proxy(tag: &str, executors: usize) -> Cluster {
+        Cluster::start_inner(tag, executors, "", None, true).await
+    }
+
+    async fn start_inner(
+        tag: &str,
+        executors: usize,
+        config: &str,
+        admin_key: Option<&str>,
+        proxied: bool,
+    ) -> Cluster {
         let broker = Broker::start();
-        let db = Database::create(tag);
+        let mut db = Database::create(tag);
+        let db_proxy = proxied.then(|| TcpProxy::start(db.server_addr()));
+        if let Some(p) = &db_proxy {
+            db.url = db.url_via(p.port());
+        }
         let objects = fresh_dir(&format!("{tag}-objects"));
         let mut started = Vec::new();
         for i in 0..executors {
@@ -254,6 +296,7 @@ impl Cluster {
         )
         .await;
         let cluster = Cluster {
+            db_proxy,
             broker,
             db,
             executors: started,

@@ -413,3 +413,176 @@ async fn a_broker_outage_gives_typed_errors_and_service_resumes_without_restarts
     drop(extra);
     let _ = &cluster.db;
 }
+
+/// Reads a stream to its end: `Ok(text)` after `[DONE]`, `Err(code)` for a
+/// typed error event. Never more than `limit` per event.
+async fn finish_stream(sse: &mut Sse, limit: Duration) -> Result<String, String> {
+    let mut text = String::new();
+    loop {
+        let data = tokio::time::timeout(limit, sse.next())
+            .await
+            .expect("the stream hung")
+            .expect("the stream ended without [DONE] or an error event");
+        if data == "[DONE]" {
+            return Ok(text);
+        }
+        let v: Value = serde_json::from_str(&data).expect("event JSON");
+        if let Some(e) = v.get("error") {
+            return Err(e["code"].as_str().unwrap_or("").to_string());
+        }
+        text.push_str(&chunk_text(&v));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_outage_gives_typed_errors_and_loses_no_batch_line() {
+    let mut cluster = Cluster::start_behind_db_proxy("distpg", 2).await;
+    let model = cluster.api.model_id(None).await;
+    let ids: Vec<String> = (0..150).map(|i| format!("pg-{i:03}")).collect();
+    let lines: Vec<Value> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| completion_line(id, &model, &format!("Item {i} is"), 4))
+        .collect();
+    let upload_rows = |name: &'static str| {
+        let body = jsonl(&lines);
+        let api = &cluster.api;
+        async move {
+            ok(
+                &upload(api, None, file_form(name, &body, Some("batch"))).await,
+                "upload",
+            )
+        }
+    };
+    let file = upload_rows("rows.jsonl").await;
+    let spare = upload_rows("spare.jsonl").await;
+    let create = |file: Value| {
+        let api = &cluster.api;
+        async move {
+            post(
+                api,
+                None,
+                "/v1/batches",
+                &json!({"input_file_id": file["id"], "endpoint": "/v1/completions",
+                        "completion_window": "24h"}),
+            )
+            .await
+        }
+    };
+    let batch = ok(&create(file.clone()).await, "create batch");
+    let id = batch["id"].as_str().unwrap().to_string();
+
+    // Rows are running on the executors when the database goes away, and a
+    // stream is open.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while successes(&cluster.executors[0], "batch").await
+        + successes(&cluster.executors[1], "batch").await
+        < 10.0
+    {
+        assert!(Instant::now() < deadline, "no batch rows ran");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (mut sse, _) = long_stream(&cluster.api, &model).await;
+    let proxy = cluster.db_proxy.as_ref().expect("a proxied cluster");
+    proxy.cut();
+    let cut_at = Instant::now();
+
+    // The stream in flight finishes (generation needs no database).
+    let text = finish_stream(&mut sse, Duration::from_secs(60)).await;
+    assert!(text.is_ok(), "the open stream ended with {text:?}");
+
+    // Writes get a typed 503 with Retry-After within seconds, not a hang or
+    // a 500; so do reads of the batch record.
+    let started = Instant::now();
+    let refused = create(spare.clone()).await;
+    assert_eq!(
+        (refused.status, refused.body["error"]["code"].as_str()),
+        (503, Some("not_ready")),
+        "create batch during the outage: {:?}",
+        refused.body
+    );
+    assert!(
+        refused.retry_after.is_some(),
+        "Retry-After during the outage"
+    );
+    println!(
+        "create batch refused during the outage in {:?}",
+        started.elapsed()
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the refusal took {:?}",
+        started.elapsed()
+    );
+    let read = get(&cluster.api, None, &format!("/v1/batches/{id}")).await;
+    assert_eq!(
+        (read.status, read.body["error"]["code"].as_str()),
+        (503, Some("not_ready")),
+        "GET batch during the outage: {:?}",
+        read.body
+    );
+    // Inference does not need the database: routing reads memory.
+    assert_eq!(
+        probe(&cluster.api, &model).await.0,
+        200,
+        "inference during the outage"
+    );
+
+    // The outage outlasts the batch shard leases (3 s) and the slot leases
+    // (6 s); then the database is back and nothing was restarted.
+    let outage = Duration::from_secs(8);
+    tokio::time::sleep(outage.saturating_sub(cut_at.elapsed())).await;
+    proxy.restore();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let second = loop {
+        let a = create(spare.clone()).await;
+        if a.status == 200 {
+            break a.body;
+        }
+        assert_eq!(
+            a.body["error"]["code"].as_str(),
+            Some("not_ready"),
+            "only typed refusals while recovering: {:?}",
+            a.body
+        );
+        assert!(
+            Instant::now() < deadline,
+            "no recovery after the database came back"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    println!(
+        "writes accepted {:?} after the database came back",
+        cut_at.elapsed().saturating_sub(outage)
+    );
+    for s in cluster.executors.iter_mut().chain([&mut cluster.api]) {
+        assert!(s.try_exit().is_none(), "a process exited during the outage");
+    }
+    assert_eq!(
+        probe(&cluster.api, &model).await.0,
+        200,
+        "inference after the outage"
+    );
+
+    // Both batches complete with every custom_id exactly once.
+    for bid in [id.as_str(), second["id"].as_str().unwrap()] {
+        let done = wait_terminal(
+            &cluster.api,
+            None,
+            bid,
+            Instant::now() + Duration::from_secs(600),
+        )
+        .await;
+        assert_eq!(done["status"], "completed", "{done}");
+        assert_eq!(done["request_counts"]["completed"], 150, "{done}");
+        let out = file_lines(&cluster.api, None, &done["output_file_id"]).await;
+        let errors = file_lines(&cluster.api, None, &done["error_file_id"]).await;
+        assert!(
+            errors.is_empty(),
+            "no row failed: {:?}",
+            &errors[..errors.len().min(3)]
+        );
+        assert_eq!(out.len(), 150);
+        each_exactly_once(&ids, &out.iter().collect::<Vec<_>>(), "output");
+    }
+}

@@ -16,3 +16,4 @@ mod drain;
 mod harness;
 mod logs;
 mod sdk;
+mod tcp_proxy;
