@@ -84,10 +84,14 @@ bench() { # NAME URL CLIENTS SEED INPUT OUTPUT
 
 # 1. TTFT through Kafka against in-process: short prompts and outputs, so
 # transport latency is not buried under prefill. Alternating, same prompts.
+# Each round also times one bare broker hop with the same client settings:
+# a first token crosses two, so twice that is the broker's share.
 for c in 1 4; do
     for r in $(seq 1 "$ROUNDS"); do
         bench "serve-c$c-r$r" "$SERVE" "$c" "$r" 16 16
         bench "kafka1-c$c-r$r" "$API" "$c" "$r" 16 16
+        "$STOKER" bench broker --brokers "127.0.0.1:$BROKER_PORT" --messages 100 \
+            --save "$OUT/broker-c$c-r$r.json" >/dev/null
     done
 done
 
@@ -112,14 +116,18 @@ print("TTFT through Kafka (api + tansu + executor) against stoker serve, 16 in /
 print(f"median over {rounds} alternating rounds of per-round figures:")
 print(f"{'clients':>7} {'serve p50':>10} {'kafka p50':>10} {'delta p50':>10} "
       f"{'serve p99':>10} {'kafka p99':>10} {'serve tok/s':>11} {'kafka tok/s':>11}")
+hops = {}
 for c in (1, 4):
     s = [level(f"serve-c{c}-r{r}") for r in range(1, rounds + 1)]
     k = [level(f"kafka1-c{c}-r{r}") for r in range(1, rounds + 1)]
     sp50 = med([x["ttft_ms"]["p50"] for x in s]); kp50 = med([x["ttft_ms"]["p50"] for x in k])
     deltas = [b["ttft_ms"]["p50"] - a["ttft_ms"]["p50"] for a, b in zip(s, k)]
+    hops[c] = med([json.load(open(f"{out}/broker-c{c}-r{r}.json"))["hop_ms"]["p50"]
+                   for r in range(1, rounds + 1)])
     print(f"{c:>7} {sp50:>9.1f}ms {kp50:>9.1f}ms {med(deltas):>+9.1f}ms "
           f"{med([x['ttft_ms']['p99'] for x in s]):>9.1f}ms {med([x['ttft_ms']['p99'] for x in k]):>9.1f}ms "
-          f"{med([x['output_throughput'] for x in s]):>11.1f} {med([x['output_throughput'] for x in k]):>11.1f}")
+          f"{med([x['output_throughput'] for x in s]):>11.1f} {med([x['output_throughput'] for x in k]):>11.1f}"
+          f"   bare hop p50 {hops[c]:.2f} ms (two hops {2 * hops[c]:.2f} ms)")
 one = [level(f"kafka1-scale-r{r}") for r in range(1, rounds + 1)]
 two = [level(f"kafka2-scale-r{r}") for r in range(1, rounds + 1)]
 t1 = med([x["output_throughput"] for x in one]); t2 = med([x["output_throughput"] for x in two])

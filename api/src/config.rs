@@ -47,11 +47,13 @@ pub struct Config {
 pub struct KafkaConfig {
     /// `host:port[,host:port]` of the Kafka cluster.
     pub brokers: String,
-    /// Partitions of `stoker.interactive` created at first start: the most
-    /// executors that can run at once.
-    pub interactive_partitions: i32,
-    /// Partitions of `stoker.replies`: the most API instances at once.
-    pub reply_partitions: i32,
+    /// The most executors that can run at once (each leases a slot).
+    pub executor_slots: i32,
+    /// The most API instances that can run at once (each leases a slot).
+    /// `stoker.interactive` and `stoker.replies` get `executor_slots x
+    /// api_slots` partitions at first start, one per (executor, API) pair,
+    /// so every partition has a single writer.
+    pub api_slots: i32,
     /// How often an executor publishes its capacity.
     pub capacity_interval_ms: u64,
     /// An executor silent this long is treated as lost: no new requests go
@@ -76,8 +78,8 @@ impl Default for KafkaConfig {
     fn default() -> Self {
         KafkaConfig {
             brokers: "127.0.0.1:9092".into(),
-            interactive_partitions: 16,
-            reply_partitions: 16,
+            executor_slots: 16,
+            api_slots: 16,
             capacity_interval_ms: 500,
             executor_timeout_ms: 1500,
             lease_ttl_ms: 6000,
@@ -397,6 +399,12 @@ impl Config {
                     .into(),
             ));
         }
+        let k = &self.kafka;
+        if !(1..=256).contains(&k.executor_slots) || !(1..=256).contains(&k.api_slots) {
+            return Err(ConfigError::Invalid(
+                "kafka.executor_slots and kafka.api_slots must be in 1..=256".into(),
+            ));
+        }
         for (i, k) in self.api_keys.iter().enumerate() {
             k.check()
                 .map_err(|m| ConfigError::Invalid(format!("api_keys[{i}]: {m}")))?;
@@ -567,6 +575,11 @@ mod tests {
         )
         .unwrap();
         assert!(Config::load_from(Some(&f), env_of(&[]), &Overrides::default()).is_err());
+        for bad in ["executor_slots = 0", "api_slots = -1", "api_slots = 257"] {
+            std::fs::write(&f, format!("[kafka]\n{bad}\n")).unwrap();
+            let e = Config::load_from(Some(&f), env_of(&[]), &Overrides::default()).unwrap_err();
+            assert!(e.to_string().contains("kafka.executor_slots"), "{bad}: {e}");
+        }
         let missing = dir.join("nope.toml");
         assert!(Config::load_from(Some(&missing), env_of(&[]), &Overrides::default()).is_err());
     }

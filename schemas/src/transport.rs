@@ -15,7 +15,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The version of every body below.
-pub const TRANSPORT_VERSION: u32 = 1;
+/// 2: one writer per partition (`slot` in [`CapacityReport`]; jobs and
+/// replies on the partition of their executor and API slot pair).
+pub const TRANSPORT_VERSION: u32 = 2;
 
 /// Sampling as the engine takes it, after the API validated it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -47,7 +49,8 @@ pub struct JobMessage {
     pub executor_id: String,
     /// The artifact the API validated against.
     pub model_sha256: String,
-    /// Where the replies go: a partition of `stoker.replies`.
+    /// Where the replies go: the `stoker.replies` partition of this
+    /// (API instance, executor) pair, which only this executor writes.
     pub reply_partition: i32,
     pub prompt: Vec<u32>,
     pub sampling: WireSampling,
@@ -124,8 +127,9 @@ pub struct CapacityReport {
     pub deployment_id: String,
     pub revision_id: String,
     pub model_sha256: String,
-    /// The `stoker.interactive` partition it reads.
-    pub partition: i32,
+    /// The executor slot its lease holds: it reads the `stoker.interactive`
+    /// partitions of that slot and writes this topic's partition `slot`.
+    pub slot: i32,
     /// Takes new work (loaded, warmed up, not draining).
     pub ready: bool,
     pub draining: bool,

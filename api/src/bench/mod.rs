@@ -12,6 +12,7 @@
 //! target could not be measured or no level met the SLOs, 2 for bad flags or
 //! workload files.
 
+pub mod broker;
 pub mod driver;
 pub mod plot;
 pub mod profile;
@@ -48,6 +49,9 @@ pub enum BenchCommand {
     /// Drive an OpenAI-compatible endpoint with a workload and report latency,
     /// throughput and goodput; --sweep finds the knee.
     Serve(Box<ServeArgs>),
+    /// Time one Kafka hop (produce until consumed) on a broker with the
+    /// distributed mode's client settings: the floor of what it adds to TTFT.
+    Broker(broker::BrokerArgs),
 }
 
 #[derive(Args, Debug, Default)]
@@ -172,6 +176,7 @@ pub async fn run(args: BenchArgs) -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        BenchCommand::Broker(a) => broker::run(a).await,
     }
 }
 

@@ -50,7 +50,8 @@ impl Entry {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Choice {
     pub executor_id: String,
-    pub partition: i32,
+    /// The executor's slot: which partitions reach it.
+    pub slot: i32,
 }
 
 #[derive(Debug)]
@@ -86,7 +87,7 @@ impl CapacityView {
                 e.lost = false;
             }
             None => {
-                tracing::info!(executor = %id, partition = report.partition, "executor seen");
+                tracing::info!(executor = %id, slot = report.slot, "executor seen");
                 self.entries.insert(
                     id,
                     Entry {
@@ -151,7 +152,7 @@ impl CapacityView {
         best.sent_since_report += 1;
         Some(Choice {
             executor_id: best.report.executor_id.clone(),
-            partition: best.report.partition,
+            slot: best.report.slot,
         })
     }
 
@@ -204,14 +205,14 @@ mod tests {
     use super::*;
     use stoker_schemas::transport::TRANSPORT_VERSION;
 
-    fn report(id: &str, partition: i32, running: u32, free_blocks: u64) -> CapacityReport {
+    fn report(id: &str, slot: i32, running: u32, free_blocks: u64) -> CapacityReport {
         CapacityReport {
             v: TRANSPORT_VERSION,
             executor_id: id.into(),
             deployment_id: "d".into(),
             revision_id: "r".into(),
             model_sha256: "sha".into(),
-            partition,
+            slot,
             ready: true,
             draining: false,
             running,

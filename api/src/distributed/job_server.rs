@@ -32,7 +32,7 @@ pub struct JobServer {
     state: AppState,
     kafka: Kafka,
     executor_id: String,
-    partition: i32,
+    slot: i32,
     /// Cancel switches of the jobs running now, by request id.
     running: Mutex<HashMap<String, oneshot::Sender<()>>>,
     report_seq: AtomicU64,
@@ -47,7 +47,7 @@ impl JobServer {
         let topics = kafka.topics().clone();
         let mut jobs = kafka.assign_from_end(
             &topics.interactive,
-            &[lease.slot],
+            &topics.job_partitions(lease.slot),
             &format!("stoker-executor-{executor_id}"),
         )?;
         let mut control = kafka
@@ -56,7 +56,7 @@ impl JobServer {
             state,
             kafka,
             executor_id,
-            partition: lease.slot,
+            slot: lease.slot,
             running: Mutex::new(HashMap::new()),
             report_seq: AtomicU64::new(0),
             drain_started_ms: AtomicU64::new(0),
@@ -129,7 +129,7 @@ impl JobServer {
                 loop {
                     t.tick().await;
                     if let Err(e) = lease.renew().await {
-                        tracing::error!(error = %e, partition = lease.slot, "partition lease");
+                        tracing::error!(error = %e, slot = lease.slot, "executor slot lease");
                         if matches!(e, stoker_controlplane::transport::LeaseError::Lost { .. }) {
                             // Another executor reads this partition now: stop taking work.
                             me.state.request_drain();
@@ -142,8 +142,9 @@ impl JobServer {
         Ok(me)
     }
 
-    pub fn partition(&self) -> i32 {
-        self.partition
+    /// The executor slot this process leases.
+    pub fn slot(&self) -> i32 {
+        self.slot
     }
 
     /// How long after a drain began jobs are still taken: the API instances
@@ -183,7 +184,7 @@ impl JobServer {
                 .unwrap_or_default(),
             revision_id: served.provenance.revision.clone(),
             model_sha256: served.provenance.sha256.clone(),
-            partition: self.partition,
+            slot: self.slot,
             ready: phase == Phase::Ready,
             draining: phase == Phase::Draining,
             running: s.running() as u32,
@@ -213,10 +214,16 @@ impl JobServer {
             );
         }
         let Some(r) = self.report() else { return };
-        let topic = self.kafka.topics().capacity.clone();
+        let topics = self.kafka.topics();
+        let partition = topics.capacity_partition(self.slot);
         if let Err(e) = self
             .kafka
-            .send(&topic, None, &self.executor_id, &r.encode())
+            .send(
+                &topics.capacity,
+                Some(partition),
+                &self.executor_id,
+                &r.encode(),
+            )
             .await
         {
             tracing::warn!(error = %e, "could not publish capacity");
@@ -299,6 +306,17 @@ impl JobServer {
     }
 
     async fn run_job(self: Arc<Self>, job: JobMessage) {
+        let topics = self.kafka.topics();
+        let ok = (0..topics.api_slots)
+            .any(|a| topics.reply_partition(a, self.slot) == job.reply_partition);
+        if !ok {
+            // Writing there would make this executor a second writer of
+            // another's partition: a process configured with other slot
+            // counts sent it.
+            tracing::warn!(request_id = %job.request_id, reply_partition = job.reply_partition,
+                "dropping a job whose reply partition is not this executor's; are all processes configured with the same kafka.executor_slots and kafka.api_slots?");
+            return;
+        }
         let mut seq = 0u64;
         let (request, mut ticket) = match self.accept(&job) {
             Ok(v) => v,

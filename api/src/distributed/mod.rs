@@ -25,8 +25,8 @@ use crate::config::Config;
 pub fn kafka_settings(config: &Config) -> KafkaSettings {
     let k = &config.kafka;
     let mut s = KafkaSettings::new(k.brokers.clone());
-    s.topics.interactive_partitions = k.interactive_partitions.max(1);
-    s.topics.reply_partitions = k.reply_partitions.max(1);
+    s.topics.executor_slots = k.executor_slots;
+    s.topics.api_slots = k.api_slots;
     s.produce_timeout = Duration::from_millis(k.produce_timeout_ms.max(1));
     s.fetch_wait_ms = k.fetch_wait_ms;
     s.client_properties = k

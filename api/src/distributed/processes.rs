@@ -54,7 +54,7 @@ async fn acquire(state: &AppState, kind: LeaseKind, count: i32) -> anyhow::Resul
 /// executor serving the model reports ready.
 pub async fn load_api(state: &AppState) -> anyhow::Result<()> {
     let kafka = connect(state).await?;
-    let lease = acquire(state, LeaseKind::Replies, kafka.topics().reply_partitions).await?;
+    let lease = acquire(state, LeaseKind::Replies, kafka.topics().api_slots).await?;
     tracing::info!(partition = lease.slot, "reading replies");
     spawn_renewal(state.clone(), lease.clone());
     let path = state.config.model.clone();
@@ -121,12 +121,7 @@ fn spawn_renewal(state: AppState, lease: Lease) {
 /// `stoker executor`: leases an interactive partition and starts taking jobs.
 pub async fn start_executor(state: &AppState) -> anyhow::Result<Arc<JobServer>> {
     let kafka = connect(state).await?;
-    let lease = acquire(
-        state,
-        LeaseKind::Interactive,
-        kafka.topics().interactive_partitions,
-    )
-    .await?;
+    let lease = acquire(state, LeaseKind::Interactive, kafka.topics().executor_slots).await?;
     tracing::info!(partition = lease.slot, "taking jobs");
     let st = state.clone();
     // Assigning partitions reads offsets from the broker: blocking calls.

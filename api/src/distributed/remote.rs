@@ -48,9 +48,13 @@ struct Inner {
     tokenizer: ModelTokenizer,
     chat_template: ChatTemplate,
     kafka: Kafka,
-    /// This instance's partition of `stoker.replies`.
-    reply_partition: i32,
+    /// This instance's leased API slot: which partitions it writes jobs and
+    /// cancels to and reads replies from (`Topics`).
+    slot: i32,
     instance: String,
+    /// Differs per start, so a restarted instance's request ids never
+    /// match replies still addressed to its previous run.
+    nonce: String,
     view: Mutex<CapacityView>,
     pending: Mutex<HashMap<String, Pending>>,
     next: AtomicU64,
@@ -72,12 +76,11 @@ pub struct ArtifactMeta {
 
 impl RemoteBackend {
     /// Starts the reply, capacity and watchdog loops. `instance` names this
-    /// API process in request ids; `reply_partition` is the partition its
-    /// lease holds.
+    /// API process in request ids; `slot` is the API slot its lease holds.
     pub fn start(
         meta: ArtifactMeta,
         kafka: Kafka,
-        reply_partition: i32,
+        slot: i32,
         instance: String,
         executor_timeout: Duration,
         reply_timeout: Duration,
@@ -86,7 +89,7 @@ impl RemoteBackend {
         let topics = kafka.topics().clone();
         let mut replies = kafka.assign_from_end(
             &topics.replies,
-            &[reply_partition],
+            &topics.reply_partitions(slot),
             &format!("stoker-api-{instance}"),
         )?;
         let mut capacity =
@@ -96,8 +99,9 @@ impl RemoteBackend {
             tokenizer: meta.tokenizer,
             chat_template: meta.chat_template,
             kafka,
-            reply_partition,
+            slot,
             instance,
+            nonce: format!("{:x}", unix_ms()),
             view: Mutex::new(CapacityView::new(executor_timeout)),
             pending: Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
@@ -199,7 +203,25 @@ impl Inner {
             return; // a duplicate of a redelivered message
         }
         if r.seq > p.next_seq {
+            // A reply went missing: the stream cannot go on without a hole,
+            // so it ends typed, like a lost executor, and the executor stops.
             tracing::warn!(request_id = %r.request_id, expected = p.next_seq, got = r.seq, "replies missing");
+            let p = pending.remove(&r.request_id).expect("looked up above");
+            drop(pending);
+            let code = if p.delivered {
+                "executor_lost_after_output"
+            } else {
+                "executor_lost"
+            };
+            let _ = p.events.send(EngineEvent::Error(EngineError::Remote {
+                code: code.into(),
+                message: format!(
+                    "replies from executor `{}` arrived out of order; the stream cannot be continued",
+                    p.executor
+                ),
+            }));
+            self.send_cancel(&r.request_id, &p.executor);
+            return;
         }
         p.next_seq = r.seq + 1;
         p.last_heard = Instant::now();
@@ -225,9 +247,10 @@ impl Inner {
                 p.next_seq = 0;
                 p.last_heard = Instant::now();
                 p.job.executor_id = choice.executor_id;
+                let partition = self.route(&mut p.job, choice.slot);
                 let job = p.job.clone();
                 drop(pending);
-                self.send_job(job, choice.partition);
+                self.send_job(job, partition);
                 return;
             }
         }
@@ -317,6 +340,14 @@ impl Inner {
         }
     }
 
+    /// Points `job`'s replies at the partition executor slot `executor`
+    /// answers this instance on; returns the partition the job goes to.
+    fn route(&self, job: &mut JobMessage, executor: i32) -> i32 {
+        let topics = self.kafka.topics();
+        job.reply_partition = topics.reply_partition(self.slot, executor);
+        topics.job_partition(executor, self.slot)
+    }
+
     fn send_job(self: &Arc<Self>, job: JobMessage, partition: i32) {
         let inner = self.clone();
         self.rt.spawn(async move {
@@ -339,19 +370,24 @@ impl Inner {
         let Some(p) = self.pending.lock().unwrap().remove(request_id) else {
             return;
         };
+        self.send_cancel(request_id, &p.executor);
+    }
+
+    /// Tells `executor` to stop generating `request_id`.
+    fn send_cancel(&self, request_id: &str, executor: &str) {
         let msg = ControlMessage {
             v: TRANSPORT_VERSION,
-            executor_id: p.executor.clone(),
+            executor_id: executor.to_string(),
             command: ControlCommand::Cancel {
                 request_id: request_id.to_string(),
             },
         };
-        let inner = self.clone();
+        let kafka = self.kafka.clone();
+        let partition = kafka.topics().control_partition(self.slot);
         self.rt.spawn(async move {
-            let topic = inner.kafka.topics().control.clone();
-            if let Err(e) = inner
-                .kafka
-                .send(&topic, None, &msg.executor_id, &msg.encode())
+            let topic = kafka.topics().control.clone();
+            if let Err(e) = kafka
+                .send(&topic, Some(partition), &msg.executor_id, &msg.encode())
                 .await
             {
                 tracing::warn!(error = %e, "could not send a cancel; the executor finishes the request for nobody");
@@ -400,20 +436,21 @@ impl Backend for RemoteBackend {
                 message: "no executor serving this model is ready".into(),
             })?;
         let n = inner.next.fetch_add(1, Ordering::Relaxed);
-        let request_id = format!("{}-{n}", inner.instance);
+        let request_id = format!("{}-{}-{n}", inner.instance, inner.nonce);
         let (tx, rx) = mpsc::unbounded_channel();
-        let job = JobMessage {
+        let mut job = JobMessage {
             v: TRANSPORT_VERSION,
             request_id: request_id.clone(),
             executor_id: choice.executor_id.clone(),
             model_sha256: inner.info.identity.sha256.clone(),
-            reply_partition: inner.reply_partition,
+            reply_partition: 0,
             prompt: request.prompt().to_vec(),
             sampling: wire::sampling_to_wire(request.params()),
             lane: wire::lane_to_wire(request.lane()).into(),
             tenant: request.tenant().0.clone(),
             sent_unix_ms: unix_ms(),
         };
+        let partition = inner.route(&mut job, choice.slot);
         inner.pending.lock().unwrap().insert(
             request_id.clone(),
             Pending {
@@ -426,7 +463,7 @@ impl Backend for RemoteBackend {
                 last_heard: Instant::now(),
             },
         );
-        inner.send_job(job, choice.partition);
+        inner.send_job(job, partition);
         let weak = Arc::downgrade(inner);
         Ok(RequestHandle::external(SeqId(n), rx, move || {
             if let Some(i) = weak.upgrade() {

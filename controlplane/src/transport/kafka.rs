@@ -19,17 +19,27 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::util::Timeout;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
-/// Topic names and partition counts.
+/// Topic names and the slot counts their partitions are laid out from.
+///
+/// Every partition has exactly one writer. Executor `e` and API instance `a`
+/// (their leased slots) talk over their own pair of partitions: jobs on
+/// `stoker.interactive` partition `e * api_slots + a`, replies on
+/// `stoker.replies` partition `a * executor_slots + e`. Cancels go to
+/// `stoker.control` partition `a`, capacity reports to `stoker.capacity`
+/// partition `e`. One writer per partition keeps each conversation's
+/// messages in order without relying on the broker to serialize concurrent
+/// producers (the test broker, tansu 0.6 with memory storage, loses batches
+/// when two connections produce to one partition at once).
 #[derive(Clone, Debug)]
 pub struct Topics {
     pub interactive: String,
     pub replies: String,
     pub control: String,
     pub capacity: String,
-    /// Executors that can be served at once (one partition each).
-    pub interactive_partitions: i32,
-    /// API instances that can run at once (one partition each).
-    pub reply_partitions: i32,
+    /// Executors that can run at once (one slot each).
+    pub executor_slots: i32,
+    /// API instances that can run at once (one slot each).
+    pub api_slots: i32,
 }
 
 impl Default for Topics {
@@ -39,11 +49,63 @@ impl Default for Topics {
             replies: "stoker.replies".into(),
             control: "stoker.control".into(),
             capacity: "stoker.capacity".into(),
-            interactive_partitions: 16,
-            reply_partitions: 16,
+            executor_slots: 16,
+            api_slots: 16,
         }
     }
 }
+
+impl Topics {
+    /// The `stoker.interactive` partition API slot `api` sends executor slot
+    /// `executor`'s jobs to.
+    pub fn job_partition(&self, executor: i32, api: i32) -> i32 {
+        executor * self.api_slots + api
+    }
+
+    /// Every job partition executor slot `executor` reads.
+    pub fn job_partitions(&self, executor: i32) -> Vec<i32> {
+        (0..self.api_slots)
+            .map(|a| self.job_partition(executor, a))
+            .collect()
+    }
+
+    /// The `stoker.replies` partition executor slot `executor` answers API
+    /// slot `api` on.
+    pub fn reply_partition(&self, api: i32, executor: i32) -> i32 {
+        api * self.executor_slots + executor
+    }
+
+    /// Every reply partition API slot `api` reads.
+    pub fn reply_partitions(&self, api: i32) -> Vec<i32> {
+        (0..self.executor_slots)
+            .map(|e| self.reply_partition(api, e))
+            .collect()
+    }
+
+    /// The `stoker.control` partition API slot `api` writes.
+    pub fn control_partition(&self, api: i32) -> i32 {
+        api
+    }
+
+    /// The `stoker.capacity` partition executor slot `executor` writes.
+    pub fn capacity_partition(&self, executor: i32) -> i32 {
+        executor
+    }
+
+    /// Each topic with the partition count this layout needs.
+    pub fn layout(&self) -> [(&str, i32); 4] {
+        let (e, a) = (self.executor_slots.max(1), self.api_slots.max(1));
+        [
+            (self.interactive.as_str(), e * a),
+            (self.replies.as_str(), a * e),
+            (self.control.as_str(), a),
+            (self.capacity.as_str(), e),
+        ]
+    }
+}
+
+/// The fetch wait of consumers off the first token's path.
+pub const BACKGROUND_FETCH_WAIT_MS: u32 = 50;
 
 #[derive(Clone, Debug)]
 pub struct KafkaSettings {
@@ -80,10 +142,15 @@ pub enum KafkaError {
     CreateTopic { topic: String, code: String },
     #[error("topic {0} has no partitions in the broker's metadata")]
     NoPartitions(String),
-    #[error("re-assigning a consumer: {0}")]
-    Reassign(String),
+    #[error("a blocking broker call did not finish: {0}")]
+    Blocking(String),
     #[error("the broker is unavailable; waiting for it to come back")]
     Unavailable,
+    #[error(
+        "topic {topic} has {have} partitions; kafka.executor_slots x kafka.api_slots needs {need}: \
+         use the slot counts it was made with, or delete the topic"
+    )]
+    TooFewPartitions { topic: String, have: i32, need: i32 },
     #[error("partition {partition} is outside topic {topic}'s {count} partitions")]
     NoSuchPartition {
         topic: String,
@@ -148,12 +215,7 @@ impl Kafka {
             .with_properties(&self.settings)
             .create()?;
         let t = &self.settings.topics;
-        let wanted = [
-            (t.interactive.as_str(), t.interactive_partitions),
-            (t.replies.as_str(), t.reply_partitions),
-            (t.control.as_str(), 1),
-            (t.capacity.as_str(), 1),
-        ];
+        let wanted = t.layout();
         let new: Vec<NewTopic<'_>> = wanted
             .iter()
             .map(|(name, parts)| {
@@ -179,7 +241,21 @@ impl Kafka {
                 }
             }
         }
-        Ok(())
+        // A topic made earlier under other slot counts cannot carry this
+        // layout: say so at start rather than misroute later.
+        let wanted: Vec<(String, i32)> = wanted.iter().map(|(n, c)| (n.to_string(), *c)).collect();
+        let k = self.clone();
+        tokio::task::spawn_blocking(move || {
+            for (topic, need) in wanted {
+                let have = k.partition_count(&topic)?;
+                if have < need {
+                    return Err(KafkaError::TooFewPartitions { topic, have, need });
+                }
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|e| KafkaError::Blocking(e.to_string()))?
     }
 
     /// Sends one message to a partition (or, with `None`, by key) and waits
@@ -244,13 +320,13 @@ impl Kafka {
         let _ = self.producer.flush(Timeout::After(timeout));
     }
 
-    fn consumer(&self, group: &str) -> Result<StreamConsumer, KafkaError> {
+    fn consumer(&self, group: &str, fetch_wait_ms: u32) -> Result<StreamConsumer, KafkaError> {
         Ok(client_config(&self.settings)
             // Assigned partitions only; the group id is never joined.
             .set("group.id", group)
             .set("enable.auto.commit", "false")
             .set("enable.partition.eof", "false")
-            .set("fetch.wait.max.ms", self.settings.fetch_wait_ms.to_string())
+            .set("fetch.wait.max.ms", fetch_wait_ms.to_string())
             .set("fetch.min.bytes", "1")
             .set("socket.keepalive.enable", "true")
             .set("reconnect.backoff.max.ms", "1000")
@@ -266,7 +342,7 @@ impl Kafka {
 
     /// How many partitions `topic` has, from the broker's metadata.
     pub fn partition_count(&self, topic: &str) -> Result<i32, KafkaError> {
-        let c = self.consumer("stoker-metadata")?;
+        let c = self.consumer("stoker-metadata", self.settings.fetch_wait_ms)?;
         let md = c.fetch_metadata(Some(topic), Duration::from_secs(10))?;
         let n = md
             .topics()
@@ -281,7 +357,8 @@ impl Kafka {
     }
 
     /// A consumer of the given partitions of `topic`, each from its current
-    /// end: it sees every message produced after this returns.
+    /// end: it sees every message produced after this returns. It fetches
+    /// with `fetch_wait_ms`: for jobs and replies, on the first token's path.
     pub fn assign_from_end(
         &self,
         topic: &str,
@@ -294,12 +371,16 @@ impl Kafka {
             topic: topic.to_string(),
             partitions: Some(partitions.to_vec()),
             group: group.to_string(),
+            fetch_wait_ms: self.settings.fetch_wait_ms,
         };
         r.consumer = Some(r.assign()?);
         Ok(r)
     }
 
-    /// A consumer of every partition of `topic` from its current end.
+    /// A consumer of every partition of `topic` from its current end, at a
+    /// background pace ([`BACKGROUND_FETCH_WAIT_MS`]): capacity reports and
+    /// cancels, where that is nothing against their cadence, and a broker
+    /// that cannot end a fetch early (tansu) answers fewer empty ones.
     pub fn assign_all_from_end(&self, topic: &str, group: &str) -> Result<Receiver, KafkaError> {
         let mut r = Receiver {
             consumer: None,
@@ -307,6 +388,7 @@ impl Kafka {
             topic: topic.to_string(),
             partitions: None,
             group: group.to_string(),
+            fetch_wait_ms: BACKGROUND_FETCH_WAIT_MS.max(self.settings.fetch_wait_ms),
         };
         r.consumer = Some(r.assign()?);
         Ok(r)
@@ -355,6 +437,7 @@ pub struct Receiver {
     /// `None`: every partition.
     partitions: Option<Vec<i32>>,
     group: String,
+    fetch_wait_ms: u32,
 }
 
 impl std::fmt::Debug for Receiver {
@@ -371,7 +454,7 @@ impl Receiver {
     /// (blocking: reads offsets from the broker).
     fn assign(&self) -> Result<StreamConsumer, KafkaError> {
         let k = &self.kafka;
-        let c = k.consumer(&self.group)?;
+        let c = k.consumer(&self.group, self.fetch_wait_ms)?;
         let count = k.partition_count(&self.topic)?;
         let partitions = self
             .partitions
@@ -407,10 +490,11 @@ impl Receiver {
                 topic: self.topic.clone(),
                 partitions: self.partitions.clone(),
                 group: self.group.clone(),
+                fetch_wait_ms: self.fetch_wait_ms,
             };
             let c = tokio::task::spawn_blocking(move || me.assign())
                 .await
-                .map_err(|e| KafkaError::Reassign(e.to_string()))?;
+                .map_err(|e| KafkaError::Blocking(e.to_string()))?;
             match c {
                 Ok(c) => {
                     tracing::info!(topic = %self.topic, "consumer re-assigned");
@@ -433,6 +517,43 @@ impl Receiver {
                 }
                 Err(e.into())
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    /// Each (executor, API) pair has its own job and reply partition, inside
+    /// the topic, and each process's read set is exactly its pairs.
+    #[test]
+    fn layout_gives_every_pair_its_own_partitions() {
+        for (e, a) in [(1, 1), (3, 5), (16, 16), (7, 1)] {
+            let t = Topics {
+                executor_slots: e,
+                api_slots: a,
+                ..Topics::default()
+            };
+            let [(_, jobs), (_, replies), (_, control), (_, capacity)] = t.layout();
+            let mut seen_jobs = HashSet::new();
+            let mut seen_replies = HashSet::new();
+            for ex in 0..e {
+                for api in 0..a {
+                    let j = t.job_partition(ex, api);
+                    let r = t.reply_partition(api, ex);
+                    assert!((0..jobs).contains(&j) && (0..replies).contains(&r));
+                    assert!(seen_jobs.insert(j), "job partition {j} shared");
+                    assert!(seen_replies.insert(r), "reply partition {r} shared");
+                    assert!(t.job_partitions(ex).contains(&j));
+                    assert!(t.reply_partitions(api).contains(&r));
+                    assert!((0..control).contains(&t.control_partition(api)));
+                    assert!((0..capacity).contains(&t.capacity_partition(ex)));
+                }
+            }
+            assert_eq!(seen_jobs.len() as i32, jobs);
+            assert_eq!(seen_replies.len() as i32, replies);
         }
     }
 }

@@ -1,8 +1,9 @@
-//! Leases on Kafka partitions, kept in Postgres: an executor holds one
-//! `stoker.interactive` partition and an API instance one `stoker.replies`
-//! partition. A holder renews its lease well within its TTL; a process that
-//! was killed loses it when the TTL passes, and the next process that asks
-//! takes the partition over. Expiry is judged by the database's clock.
+//! Leases on transport slots, kept in Postgres: each executor holds one
+//! executor slot and each API instance one API slot, and a slot decides
+//! which Kafka partitions the process reads and writes (`Topics`). A holder
+//! renews its lease well within its TTL; a process that was killed loses it
+//! when the TTL passes, and the next process that asks takes the slot over.
+//! Expiry is judged by the database's clock.
 
 use std::time::Duration;
 
@@ -12,7 +13,9 @@ use crate::store::Db;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LeaseKind {
+    /// An executor slot (stored as `interactive`).
     Interactive,
+    /// An API instance slot (stored as `replies`).
     Replies,
 }
 
@@ -29,9 +32,11 @@ impl LeaseKind {
 pub enum LeaseError {
     #[error("distributed mode needs Postgres as its store (got sqlite)")]
     NotPostgres,
-    #[error("all {0} partitions are held by live processes; add partitions or stop one")]
+    #[error(
+        "all {0} slots are held by live processes; raise kafka.executor_slots or kafka.api_slots, or stop one"
+    )]
     NoneFree(i32),
-    #[error("the lease on partition {slot} was taken over by another process")]
+    #[error("the lease on slot {slot} was taken over by another process")]
     Lost { slot: i32 },
     #[error("lease store: {0}")]
     Db(#[from] sqlx::Error),
@@ -51,7 +56,7 @@ pub struct Lease {
 const NOW_MS: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT";
 
 impl Lease {
-    /// Takes the lowest partition in `0..count` that is free or expired.
+    /// Takes the lowest slot in `0..count` that is free or expired.
     pub async fn acquire(
         db: &Db,
         kind: LeaseKind,
@@ -112,7 +117,7 @@ impl Lease {
         }
     }
 
-    /// Gives the partition up at once (clean stop).
+    /// Gives the slot up at once (clean stop).
     pub async fn release(&self) -> Result<(), LeaseError> {
         sqlx::query("DELETE FROM transport_leases WHERE kind = $1 AND slot = $2 AND holder = $3")
             .bind(self.kind.as_str())

@@ -103,7 +103,7 @@ pub async fn list_executors(State(state): State<AppState>, admin: Admin) -> Resp
                         "alive": alive,
                         "ready": r.ready && alive,
                         "draining": r.draining,
-                        "partition": r.partition,
+                        "slot": r.slot,
                         "revision_id": r.revision_id,
                         "model_sha256": r.model_sha256,
                         "running": r.running,
