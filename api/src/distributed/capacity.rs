@@ -37,6 +37,12 @@ impl Entry {
         r.max_num_seqs as i64 - r.running as i64 - r.waiting as i64 - self.sent_since_report as i64
     }
 
+    /// Requests running, waiting, or sent since the report.
+    fn load(&self) -> i64 {
+        let r = &self.report;
+        r.running as i64 + r.waiting as i64 + self.sent_since_report as i64
+    }
+
     /// Free KV tokens after the waiting work and what was sent since.
     fn free_tokens(&self, demand: usize) -> i64 {
         let r = &self.report;
@@ -120,6 +126,40 @@ impl CapacityView {
     /// executor serving it is alive and ready.
     pub fn pick(&mut self, sha256: &str, demand: usize, now: Instant) -> Option<Choice> {
         self.pick_excluding(sha256, demand, now, &[])
+    }
+
+    /// `preferred` (the executor holding the request's prefix in its cache)
+    /// when it takes work, has a free sequence slot and KV room for the whole
+    /// request, and carries at most a quarter of its slots (at least one)
+    /// more requests than the least loaded executor: a cache hit is worth a
+    /// little imbalance, not a queue. Otherwise [`CapacityView::pick`].
+    pub fn pick_preferring(
+        &mut self,
+        sha256: &str,
+        demand: usize,
+        now: Instant,
+        preferred: Option<&str>,
+    ) -> Option<Choice> {
+        let timeout = self.timeout;
+        let least = self
+            .entries
+            .values()
+            .filter(|e| e.takes_work(sha256, now, timeout))
+            .map(Entry::load)
+            .min();
+        if let (Some(e), Some(least)) = (preferred.and_then(|id| self.entries.get_mut(id)), least)
+            && e.takes_work(sha256, now, timeout)
+            && e.slots() > 0
+            && e.free_tokens(demand) >= demand as i64
+            && e.load() - least <= (e.report.max_num_seqs as i64 / 4).max(1)
+        {
+            e.sent_since_report += 1;
+            return Some(Choice {
+                executor_id: e.report.executor_id.clone(),
+                slot: e.report.slot,
+            });
+        }
+        self.pick(sha256, demand, now)
     }
 
     /// [`CapacityView::pick`] among the executors not in `tried`.
@@ -260,6 +300,58 @@ mod tests {
         );
         let both = ["a".to_string(), "b".to_string()];
         assert_eq!(v.pick_excluding("sha", 100, t0, &both), None);
+    }
+
+    #[test]
+    fn a_preferred_executor_is_taken_while_it_has_headroom() {
+        let t0 = Instant::now();
+        let mut v = CapacityView::new(Duration::from_millis(1500));
+        v.observe(report("a", 0, 0, 100), t0);
+        v.observe(report("b", 1, 0, 50), t0);
+        // b holds the prefix: preferred although a has more headroom, while
+        // b carries at most 2 (a quarter of 8 slots) more requests than a.
+        let picks: Vec<String> = (0..5)
+            .map(|_| {
+                v.pick_preferring("sha", 10, t0, Some("b"))
+                    .unwrap()
+                    .executor_id
+            })
+            .collect();
+        assert_eq!(picks, ["b", "b", "b", "a", "b"], "{picks:?}");
+        // No free slot on b: headroom decides whatever the load.
+        v.observe(report("a", 0, 7, 100), t0);
+        v.observe(report("b", 1, 8, 50), t0);
+        assert_eq!(
+            v.pick_preferring("sha", 10, t0, Some("b"))
+                .unwrap()
+                .executor_id,
+            "a"
+        );
+        v.observe(report("a", 0, 0, 100), t0);
+        // Not enough KV for the request on the preferred one: headroom decides.
+        v.observe(report("b", 1, 0, 2), t0);
+        assert_eq!(
+            v.pick_preferring("sha", 100, t0, Some("b"))
+                .unwrap()
+                .executor_id,
+            "a"
+        );
+        // Unknown, lost or draining preferences are ignored.
+        assert_eq!(
+            v.pick_preferring("sha", 1, t0, Some("zz"))
+                .unwrap()
+                .executor_id,
+            "a"
+        );
+        let mut draining = report("b", 1, 0, 100);
+        draining.draining = true;
+        v.observe(draining, t0);
+        assert_eq!(
+            v.pick_preferring("sha", 1, t0, Some("b"))
+                .unwrap()
+                .executor_id,
+            "a"
+        );
     }
 
     #[test]

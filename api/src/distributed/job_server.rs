@@ -45,12 +45,12 @@ impl JobServer {
     pub fn spawn(state: AppState, kafka: Kafka, lease: Lease) -> anyhow::Result<Arc<JobServer>> {
         let executor_id = state.config.executor_id.clone();
         let topics = kafka.topics().clone();
-        let mut jobs = kafka.assign_from_end(
+        let jobs = kafka.assign_from_end(
             &topics.interactive,
             &topics.job_partitions(lease.slot),
             &format!("stoker-executor-{executor_id}"),
         )?;
-        let mut control = kafka
+        let control = kafka
             .assign_all_from_end(&topics.control, &format!("stoker-executor-{executor_id}"))?;
         let me = Arc::new(JobServer {
             state,
@@ -61,51 +61,19 @@ impl JobServer {
             report_seq: AtomicU64::new(0),
             drain_started_ms: AtomicU64::new(0),
         });
+        let rt = tokio::runtime::Handle::current();
         {
             let me = me.clone();
-            tokio::spawn(async move {
-                let mut warned = None;
-                loop {
-                    match jobs.recv().await {
-                        Ok(m) => match Some(JobMessage::decode(&m)) {
-                            Some(Ok(job)) => {
-                                let me = me.clone();
-                                tokio::spawn(async move { me.run_job(job).await });
-                            }
-                            Some(Err(e)) => tracing::warn!(error = %e, "dropping a job"),
-                            None => {}
-                        },
-                        Err(e) => {
-                            if super::warn_due(&mut warned) {
-                                tracing::warn!(error = %e, "job consumer (repeats are not logged for 10 s)");
-                            }
-                            tokio::time::sleep(Duration::from_millis(100)).await;
-                        }
-                    }
-                }
+            super::spawn_consumer(&rt, jobs, "jobs", move |job: JobMessage| {
+                let me = me.clone();
+                tokio::spawn(async move { me.run_job(job).await });
             });
         }
         {
             let me = me.clone();
-            tokio::spawn(async move {
-                let mut warned = None;
-                loop {
-                    match control.recv().await {
-                        Ok(m) => match Some(ControlMessage::decode(&m)) {
-                            Some(Ok(c)) if c.executor_id == me.executor_id => me.on_control(c),
-                            Some(Ok(_)) => {}
-                            Some(Err(e)) => {
-                                tracing::warn!(error = %e, "dropping a control message")
-                            }
-                            None => {}
-                        },
-                        Err(e) => {
-                            if super::warn_due(&mut warned) {
-                                tracing::warn!(error = %e, "control consumer (repeats are not logged for 10 s)");
-                            }
-                            tokio::time::sleep(Duration::from_millis(100)).await;
-                        }
-                    }
+            super::spawn_consumer(&rt, control, "control", move |c: ControlMessage| {
+                if c.executor_id == me.executor_id {
+                    me.on_control(c)
                 }
             });
         }
@@ -121,24 +89,8 @@ impl JobServer {
                 }
             });
         }
-        {
-            let me = me.clone();
-            let every = (lease.ttl / 3).max(Duration::from_millis(100));
-            tokio::spawn(async move {
-                let mut t = tokio::time::interval(every);
-                loop {
-                    t.tick().await;
-                    if let Err(e) = lease.renew().await {
-                        tracing::error!(error = %e, slot = lease.slot, "executor slot lease");
-                        if matches!(e, stoker_controlplane::transport::LeaseError::Lost { .. }) {
-                            // Another executor reads this partition now: stop taking work.
-                            me.state.request_drain();
-                            return;
-                        }
-                    }
-                }
-            });
-        }
+        // Lost to another executor: this one reads nothing now, so it drains.
+        super::processes::spawn_renewal(me.state.clone(), lease);
         Ok(me)
     }
 

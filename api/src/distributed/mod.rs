@@ -11,13 +11,15 @@
 
 pub mod capacity;
 pub mod job_server;
+pub mod prefix;
 pub mod processes;
 pub mod remote;
 pub mod wire;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use stoker_controlplane::transport::KafkaSettings;
+use stoker_controlplane::transport::{KafkaSettings, Receiver};
+use stoker_schemas::transport::Versioned;
 
 use crate::config::Config;
 
@@ -55,4 +57,36 @@ pub fn warn_due(last: &mut Option<std::time::Instant>) -> bool {
             true
         }
     }
+}
+
+/// Decodes every message `rx` receives as a `M` and hands it to `on_message`
+/// for as long as the process runs. A body that does not decode is dropped
+/// with a warning; broker errors are retried, and logged at most every ten
+/// seconds.
+pub fn spawn_consumer<M, F>(
+    rt: &tokio::runtime::Handle,
+    mut rx: Receiver,
+    what: &'static str,
+    mut on_message: F,
+) where
+    M: Versioned + Send + 'static,
+    F: FnMut(M) + Send + 'static,
+{
+    rt.spawn(async move {
+        let mut warned = None;
+        loop {
+            match rx.recv().await {
+                Ok(m) => match M::decode(&m) {
+                    Ok(msg) => on_message(msg),
+                    Err(e) => tracing::warn!(error = %e, consumer = what, "dropping a message"),
+                },
+                Err(e) => {
+                    if warn_due(&mut warned) {
+                        tracing::warn!(error = %e, consumer = what, "consumer error (repeats are not logged for 10 s)");
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    });
 }

@@ -101,14 +101,16 @@ pub async fn load_api(state: &AppState) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn spawn_renewal(state: AppState, lease: Lease) {
+/// Renews `lease` every third of its TTL; when another process took it
+/// over, this one stops taking work (it drains).
+pub(super) fn spawn_renewal(state: AppState, lease: Lease) {
     let every = (lease.ttl / 3).max(Duration::from_millis(100));
     tokio::spawn(async move {
         let mut t = tokio::time::interval(every);
         loop {
             t.tick().await;
             if let Err(e) = lease.renew().await {
-                tracing::error!(error = %e, partition = lease.slot, "reply partition lease");
+                tracing::error!(error = %e, kind = lease.kind.as_str(), slot = lease.slot, "slot lease");
                 if matches!(e, stoker_controlplane::transport::LeaseError::Lost { .. }) {
                     state.request_drain();
                     return;

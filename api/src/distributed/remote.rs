@@ -24,6 +24,7 @@ use stoker_schemas::transport::{
 use tokio::sync::mpsc;
 
 use super::capacity::{CapacityView, Entry};
+use super::prefix::{self, PrefixIndex};
 use super::{unix_ms, wire};
 use crate::backend::Backend;
 
@@ -56,6 +57,8 @@ struct Inner {
     /// match replies still addressed to its previous run.
     nonce: String,
     view: Mutex<CapacityView>,
+    /// Which executor holds which prompt prefix in its cache.
+    prefixes: Mutex<PrefixIndex>,
     pending: Mutex<HashMap<String, Pending>>,
     next: AtomicU64,
     rt: tokio::runtime::Handle,
@@ -87,12 +90,12 @@ impl RemoteBackend {
         rt: tokio::runtime::Handle,
     ) -> Result<Self, stoker_controlplane::transport::KafkaError> {
         let topics = kafka.topics().clone();
-        let mut replies = kafka.assign_from_end(
+        let replies = kafka.assign_from_end(
             &topics.replies,
             &topics.reply_partitions(slot),
             &format!("stoker-api-{instance}"),
         )?;
-        let mut capacity =
+        let capacity =
             kafka.assign_all_from_end(&topics.capacity, &format!("stoker-api-{instance}"))?;
         let inner = Arc::new(Inner {
             info: meta.info,
@@ -103,52 +106,21 @@ impl RemoteBackend {
             instance,
             nonce: format!("{:x}", unix_ms()),
             view: Mutex::new(CapacityView::new(executor_timeout)),
+            prefixes: Mutex::new(PrefixIndex::new(prefix::DEFAULT_CAPACITY)),
             pending: Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
             rt: rt.clone(),
         });
         {
             let inner = inner.clone();
-            rt.spawn(async move {
-                let mut warned = None;
-                loop {
-                    match replies.recv().await {
-                        Ok(m) => match Some(ReplyMessage::decode(&m)) {
-                            Some(Ok(r)) => inner.on_reply(r),
-                            Some(Err(e)) => tracing::warn!(error = %e, "dropping a reply"),
-                            None => {}
-                        },
-                        Err(e) => {
-                            if super::warn_due(&mut warned) {
-                                tracing::warn!(error = %e, "reply consumer (repeats are not logged for 10 s)");
-                            }
-                            tokio::time::sleep(Duration::from_millis(100)).await;
-                        }
-                    }
-                }
+            super::spawn_consumer(&rt, replies, "replies", move |r: ReplyMessage| {
+                inner.on_reply(r)
             });
         }
         {
             let inner = inner.clone();
-            rt.spawn(async move {
-                let mut warned = None;
-                loop {
-                    match capacity.recv().await {
-                        Ok(m) => match Some(CapacityReport::decode(&m)) {
-                            Some(Ok(r)) => inner.view.lock().unwrap().observe(r, Instant::now()),
-                            Some(Err(e)) => {
-                                tracing::warn!(error = %e, "dropping a capacity report")
-                            }
-                            None => {}
-                        },
-                        Err(e) => {
-                            if super::warn_due(&mut warned) {
-                                tracing::warn!(error = %e, "capacity consumer (repeats are not logged for 10 s)");
-                            }
-                            tokio::time::sleep(Duration::from_millis(100)).await;
-                        }
-                    }
-                }
+            super::spawn_consumer(&rt, capacity, "capacity", move |r: CapacityReport| {
+                inner.view.lock().unwrap().observe(r, Instant::now())
             });
         }
         {
@@ -268,6 +240,7 @@ impl Inner {
     }
 
     fn executor_lost(&self, id: &str) {
+        self.prefixes.lock().unwrap().forget(id);
         let mut pending = self.pending.lock().unwrap();
         let ids: Vec<String> = pending
             .iter()
@@ -426,11 +399,25 @@ impl Backend for RemoteBackend {
     fn submit(&self, request: ValidRequest) -> Result<RequestHandle, EngineError> {
         let inner = &self.inner;
         let demand = request.prompt().len() + request.params().max_tokens;
+        // Prefer the executor whose cache holds this prompt's prefix (the
+        // conversation's earlier turns, a shared system prompt).
+        let blocks = prefix::block_hashes(request.prompt());
+        let preferred = inner
+            .prefixes
+            .lock()
+            .unwrap()
+            .preferred(&blocks)
+            .map(str::to_string);
         let choice = inner
             .view
             .lock()
             .unwrap()
-            .pick(&inner.info.identity.sha256, demand, Instant::now())
+            .pick_preferring(
+                &inner.info.identity.sha256,
+                demand,
+                Instant::now(),
+                preferred.as_deref(),
+            )
             .ok_or_else(|| EngineError::Remote {
                 code: "not_ready".into(),
                 message: "no executor serving this model is ready".into(),
@@ -450,6 +437,11 @@ impl Backend for RemoteBackend {
             tenant: request.tenant().0.clone(),
             sent_unix_ms: unix_ms(),
         };
+        inner
+            .prefixes
+            .lock()
+            .unwrap()
+            .record(&blocks, &choice.executor_id);
         let partition = inner.route(&mut job, choice.slot);
         inner.pending.lock().unwrap().insert(
             request_id.clone(),

@@ -586,3 +586,83 @@ async fn a_database_outage_gives_typed_errors_and_loses_no_batch_line() {
         each_exactly_once(&ids, &out.iter().collect::<Vec<_>>(), "output");
     }
 }
+
+/// One non-streaming greedy chat through the API; the answer's text.
+async fn chat(api: &Server, model: &str, messages: &[Value], max_tokens: u32) -> String {
+    let r = http()
+        .post(api.url("/v1/chat/completions"))
+        .json(
+            &json!({"model": model, "messages": messages, "max_tokens": max_tokens,
+                      "temperature": 0}),
+        )
+        .send()
+        .await
+        .expect("chat request");
+    assert_eq!(r.status().as_u16(), 200, "chat");
+    let v: Value = r.json().await.expect("chat JSON");
+    v["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversations_next_turn_goes_where_its_prefix_is_cached() {
+    let cluster = Cluster::start("distprefix", 2).await;
+    let model = cluster.api.model_id(None).await;
+    let served = || async {
+        [
+            successes(&cluster.executors[0], "interactive").await,
+            successes(&cluster.executors[1], "interactive").await,
+        ]
+    };
+    let system = "You are a careful assistant for a shipping company. ".repeat(6);
+    let mut messages = vec![
+        json!({"role": "system", "content": system}),
+        json!({"role": "user", "content": "List the main parts of a cargo ship."}),
+    ];
+    let before = served().await;
+    let answer = chat(&cluster.api, &model, &messages, 16).await;
+    let after = served().await;
+    let holder = (0..2)
+        .find(|&i| after[i] > before[i])
+        .expect("turn 1 was served");
+    let other = 1 - holder;
+    messages.push(json!({"role": "assistant", "content": answer}));
+
+    // A long stream continuing the same conversation also goes to the holder,
+    // which is now busier than the other executor.
+    let mut story = messages.clone();
+    story.push(json!({"role": "user", "content": "Now write a long story about that ship."}));
+    let resp = http()
+        .post(cluster.api.url("/v1/chat/completions"))
+        .json(
+            &json!({"model": model, "messages": story, "max_tokens": 400,
+                      "ignore_eos": true, "temperature": 0, "stream": true}),
+        )
+        .send()
+        .await
+        .expect("start the long stream");
+    assert_eq!(resp.status().as_u16(), 200);
+    let mut sse = Sse::new(resp);
+    let first = sse.next().await.expect("the long stream started");
+    assert!(!first.contains("\"error\""), "{first}");
+    assert!(
+        running(&cluster.executors[holder]).await >= 1.0
+            && running(&cluster.executors[other]).await == 0.0,
+        "the long stream runs where the conversation's prefix is cached"
+    );
+
+    // The next turn still goes to the holder: a cached prefix is worth a
+    // little imbalance (headroom alone would pick the idle executor).
+    messages.push(json!({"role": "user", "content": "Which part needs the most care?"}));
+    let before = served().await;
+    chat(&cluster.api, &model, &messages, 8).await;
+    let after = served().await;
+    assert_eq!(
+        (after[holder] - before[holder], after[other] - before[other]),
+        (1.0, 0.0),
+        "the next turn goes to executor {holder}, where its prefix is cached"
+    );
+    drop(sse);
+}
