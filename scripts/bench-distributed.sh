@@ -17,6 +17,8 @@ OUT="${OUT:-$ROOT/benchmarks/distributed}"
 MODEL="$ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 STOKER="$ROOT/target/release/stoker"
 ROUNDS="${ROUNDS:-3}"
+CLIENTS="${CLIENTS:-1 4}"   # client counts of the TTFT comparison
+SCALING="${SCALING:-1}"     # 0 skips the one-against-two-executors runs
 REQUESTS="${REQUESTS:-40}"
 PG="${PG:-postgres://postgres@127.0.0.1:5432}"
 mkdir -p "$OUT"
@@ -48,10 +50,14 @@ trap cleanup EXIT
 psql "$PG/postgres" -q -c "CREATE DATABASE $DB"
 
 BROKER_PORT="$(free_port)"
-.tools/tansu broker --listener-url "tcp://127.0.0.1:$BROKER_PORT" \
-    --advertised-listener-url "tcp://127.0.0.1:$BROKER_PORT" \
-    --storage-engine memory://tansu/ >"$DATA/tansu.log" 2>&1 &
-PIDS+=($!)
+start_broker() {
+    .tools/tansu broker --listener-url "tcp://127.0.0.1:$BROKER_PORT" \
+        --advertised-listener-url "tcp://127.0.0.1:$BROKER_PORT" \
+        --storage-engine memory://tansu/ >>"$DATA/tansu.log" 2>&1 &
+    BROKER_PID=$!
+    PIDS+=("$BROKER_PID")
+}
+start_broker
 
 SERVE_PORT="$(free_port)"
 "$STOKER" serve --model "$MODEL" --listen "127.0.0.1:$SERVE_PORT" --data-dir "$DATA/serve" \
@@ -76,6 +82,33 @@ wait_up "http://127.0.0.1:$API_PORT/health/ready" "${PIDS[-1]}"
 
 SERVE="http://127.0.0.1:$SERVE_PORT"
 API="http://127.0.0.1:$API_PORT"
+MODEL_ID="$(curl -fsS "$API/v1/models" | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])')"
+
+# tansu's memory engine answers a fetch in time linear in the record batches
+# its partition holds (about +1.5 ms per hop per 1,000 batches, measured with
+# a bare client), and every token delta is a batch: left alone, the broker
+# slows down run after run. So each Kafka run starts on a fresh broker (same
+# address; the processes re-create the topics and re-assign themselves, the
+# recovery path of a broker that lost its log) once the API serves again
+# through N executors.
+fresh_broker() { # N
+    kill "$BROKER_PID" 2>/dev/null || true
+    wait "$BROKER_PID" 2>/dev/null || true
+    start_broker
+    for _ in $(seq 1 600); do
+        live="$(curl -fsS "$API/admin/v1/executors" 2>/dev/null | python3 -c \
+            'import json,sys; print(sum(1 for e in json.load(sys.stdin)["data"] if (e.get("live") or {}).get("ready")))' \
+            2>/dev/null || echo 0)"
+        if [ "$live" = "$1" ] && curl -fsS -o /dev/null "$API/v1/completions" \
+            -H 'content-type: application/json' \
+            -d "{\"model\": \"$MODEL_ID\", \"prompt\": \"Hi\", \"max_tokens\": 2}" 2>/dev/null; then
+            return 0
+        fi
+        sleep 0.5
+    done
+    echo "the API did not recover after a broker restart; see $DATA/api.log" >&2
+    return 1
+}
 bench() { # NAME URL CLIENTS SEED INPUT OUTPUT
     "$STOKER" bench serve --url "$2" --tokenizer "$MODEL" --input "$5" --output "$6" \
         --ignore-eos --seed "$4" --concurrency "$3" --requests "$REQUESTS" --quiet \
@@ -86,9 +119,10 @@ bench() { # NAME URL CLIENTS SEED INPUT OUTPUT
 # transport latency is not buried under prefill. Alternating, same prompts.
 # Each round also times one bare broker hop with the same client settings:
 # a first token crosses two, so twice that is the broker's share.
-for c in 1 4; do
+for c in $CLIENTS; do
     for r in $(seq 1 "$ROUNDS"); do
         bench "serve-c$c-r$r" "$SERVE" "$c" "$r" 16 16
+        fresh_broker 1
         bench "kafka1-c$c-r$r" "$API" "$c" "$r" 16 16
         "$STOKER" bench broker --brokers "127.0.0.1:$BROKER_PORT" --messages 100 \
             --save "$OUT/broker-c$c-r$r.json" >/dev/null
@@ -96,18 +130,22 @@ for c in 1 4; do
 done
 
 # 2. Scaling: one executor against two, same load (8 clients, 64 in, 64 out).
-for r in $(seq 1 "$ROUNDS"); do
-    bench "kafka1-scale-r$r" "$API" 8 "$((100 + r))" 64 64
-done
-start_executor bench-ex1
-sleep 2
-for r in $(seq 1 "$ROUNDS"); do
-    bench "kafka2-scale-r$r" "$API" 8 "$((100 + r))" 64 64
-done
+if [ "$SCALING" = 1 ]; then
+    for r in $(seq 1 "$ROUNDS"); do
+        fresh_broker 1
+        bench "kafka1-scale-r$r" "$API" 8 "$((100 + r))" 64 64
+    done
+    start_executor bench-ex1
+    for r in $(seq 1 "$ROUNDS"); do
+        fresh_broker 2
+        bench "kafka2-scale-r$r" "$API" 8 "$((100 + r))" 64 64
+    done
+fi
 
-python3 - "$OUT" "$ROUNDS" <<'PY' | tee "$OUT/summary.txt"
+python3 - "$OUT" "$ROUNDS" "$CLIENTS" "$SCALING" <<'PY' | tee "$OUT/summary.txt"
 import json, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
+clients, scaling = [int(c) for c in sys.argv[3].split()], sys.argv[4] == "1"
 def level(name):
     return json.load(open(f"{out}/{name}.json"))["levels"][0]
 def med(xs):
@@ -117,7 +155,7 @@ print(f"median over {rounds} alternating rounds of per-round figures:")
 print(f"{'clients':>7} {'serve p50':>10} {'kafka p50':>10} {'delta p50':>10} "
       f"{'serve p99':>10} {'kafka p99':>10} {'serve tok/s':>11} {'kafka tok/s':>11}")
 hops = {}
-for c in (1, 4):
+for c in clients:
     s = [level(f"serve-c{c}-r{r}") for r in range(1, rounds + 1)]
     k = [level(f"kafka1-c{c}-r{r}") for r in range(1, rounds + 1)]
     sp50 = med([x["ttft_ms"]["p50"] for x in s]); kp50 = med([x["ttft_ms"]["p50"] for x in k])
@@ -128,6 +166,9 @@ for c in (1, 4):
           f"{med([x['ttft_ms']['p99'] for x in s]):>9.1f}ms {med([x['ttft_ms']['p99'] for x in k]):>9.1f}ms "
           f"{med([x['output_throughput'] for x in s]):>11.1f} {med([x['output_throughput'] for x in k]):>11.1f}"
           f"   bare hop p50 {hops[c]:.2f} ms (two hops {2 * hops[c]:.2f} ms)")
+    print(f"{'':>7} per-round deltas: " + ", ".join(f"{d:+.1f}" for d in deltas) + " ms")
+if not scaling:
+    sys.exit(0)
 one = [level(f"kafka1-scale-r{r}") for r in range(1, rounds + 1)]
 two = [level(f"kafka2-scale-r{r}") for r in range(1, rounds + 1)]
 t1 = med([x["output_throughput"] for x in one]); t2 = med([x["output_throughput"] for x in two])
