@@ -46,6 +46,7 @@ fn dequantized_f32_logits_agree_with_the_reference_within_1e_3() {
             start_pos: 0,
             block_table: &blocks,
             logits: true,
+            prompt_len: prompt.len(),
         };
         let mine = ours.forward(&[chunk], &mut kv, &mut ws).unwrap().remove(0);
 

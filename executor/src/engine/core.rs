@@ -290,6 +290,7 @@ impl EngineCore {
                 start_pos: c.start,
                 block_table: self.sched.block_table(c.seq).unwrap_or(&[]),
                 logits: c.sample,
+                prompt_len: self.sched.sequence(c.seq).map_or(0, |s| s.prompt_len()),
             })
             .collect();
         let result = self.model.forward(&chunks, &mut self.kv, &mut self.ws);

@@ -1,11 +1,15 @@
 //! Prefix-cache keys for full KV blocks.
 //!
 //! A full block is identified by a hash chain: `hash_0 = H(domain, revision salt)`
-//! and `hash_i = H(hash_{i-1}, token ids of block i)`, so a block's key covers
-//! every token before it, exactly like vLLM's automatic prefix caching
-//! (`hash_block_tokens`) and mistral.rs's paged-attention prefix cacher. The
-//! salt is per model revision, so KV written by one set of weights is never
-//! served to another.
+//! and `hash_i = H(hash_{i-1}, token ids of block i, row orders of block i)`,
+//! so a block's key covers every token before it, like vLLM's automatic prefix
+//! caching (`hash_block_tokens`) and mistral.rs's paged-attention prefix
+//! cacher. The salt is per model revision, so KV written by one set of weights
+//! is never served to another. The row orders (`model::row_order::block_tag`,
+//! a function of the block's positions and the sequence's prompt length) say
+//! in which order each row's attention was summed; two blocks with the same
+//! tokens but different orders hold different bits, and sharing them would
+//! make a result depend on which request came first.
 //!
 //! `H` is SHA-256 over fixed little-endian encodings, never std's randomly
 //! keyed SipHash: keys must be stable across processes (for logs and for a
@@ -18,9 +22,10 @@ use std::fmt;
 use sha2::{Digest, Sha256};
 
 use crate::ids::BLOCK_SIZE;
+use crate::model::row_order::block_tag;
 
 /// Domain separator so these digests can never equal a digest of other data.
-const DOMAIN: &[u8] = b"stoker.kv.prefix-block.v1\0";
+const DOMAIN: &[u8] = b"stoker.kv.prefix-block.v2\0";
 
 /// The key of one full block in the prefix cache: a SHA-256 digest covering the
 /// revision salt and every token from the start of the sequence to the end of
@@ -43,10 +48,11 @@ impl BlockHash {
         BlockHash(h.finalize().into())
     }
 
-    /// The key of the block holding `tokens` whose predecessor's key is `self`.
-    /// `tokens` is one full block; a shorter slice still hashes deterministically
-    /// but callers only ever register full blocks.
-    pub fn chain(&self, tokens: &[u32]) -> BlockHash {
+    /// The key of the block holding `tokens`, with rows summed in the orders
+    /// `tag`, whose predecessor's key is `self`. `tokens` is one full block; a
+    /// shorter slice still hashes deterministically but callers only ever
+    /// register full blocks.
+    pub fn chain(&self, tokens: &[u32], tag: &[u8; BLOCK_SIZE]) -> BlockHash {
         debug_assert_eq!(tokens.len(), BLOCK_SIZE, "only full blocks are hashed");
         let mut buf = [0u8; 4 * BLOCK_SIZE];
         let mut used = 0;
@@ -58,27 +64,35 @@ impl BlockHash {
         h.update(self.0);
         h.update((tokens.len() as u32).to_le_bytes());
         h.update(&buf[..used]);
+        h.update(tag);
         BlockHash(h.finalize().into())
     }
 }
 
 /// Extends `hashes` (the chain of `tokens`' first `hashes.len()` full blocks,
-/// starting from `root`) to cover every full block of `tokens`. Already computed
-/// entries are kept, so calling this after each appended token costs one hash
-/// per newly completed block.
-pub fn extend_chain(root: &BlockHash, hashes: &mut Vec<BlockHash>, tokens: &[u32]) {
+/// starting from `root`) to cover every full block of `tokens`, a sequence
+/// whose first `prompt_len` tokens are its prompt. Already computed entries are
+/// kept, so calling this after each appended token costs one hash per newly
+/// completed block.
+pub fn extend_chain(
+    root: &BlockHash,
+    hashes: &mut Vec<BlockHash>,
+    tokens: &[u32],
+    prompt_len: usize,
+) {
     let full = tokens.len() / BLOCK_SIZE;
     while hashes.len() < full {
         let i = hashes.len();
         let parent = hashes.last().copied().unwrap_or(*root);
-        hashes.push(parent.chain(&tokens[i * BLOCK_SIZE..(i + 1) * BLOCK_SIZE]));
+        let block = &tokens[i * BLOCK_SIZE..(i + 1) * BLOCK_SIZE];
+        hashes.push(parent.chain(block, &block_tag(i, prompt_len)));
     }
 }
 
-/// The chain of every full block of `tokens`.
-pub fn hash_blocks(root: &BlockHash, tokens: &[u32]) -> Vec<BlockHash> {
-    let mut hashes = Vec::with_capacity(tokens.len() / BLOCK_SIZE);
-    extend_chain(root, &mut hashes, tokens);
+/// The chain of every full block of `prompt`, taken as a whole prompt.
+pub fn hash_blocks(root: &BlockHash, prompt: &[u32]) -> Vec<BlockHash> {
+    let mut hashes = Vec::with_capacity(prompt.len() / BLOCK_SIZE);
+    extend_chain(root, &mut hashes, prompt, prompt.len());
     hashes
 }
 
@@ -127,8 +141,21 @@ mod tests {
         let t = tokens(100, 1);
         let mut inc = Vec::new();
         for n in 0..=t.len() {
-            extend_chain(&root, &mut inc, &t[..n]);
+            extend_chain(&root, &mut inc, &t[..n], t.len());
         }
         assert_eq!(inc, hash_blocks(&root, &t));
+    }
+
+    #[test]
+    fn the_same_tokens_summed_in_another_order_are_another_block() {
+        let root = BlockHash::root(&[0; 32]);
+        let t = tokens(100, 2);
+        // Rows 64..80: inside the prompt of 100 all lanes, as generated rows
+        // after a 64-token prompt not.
+        let whole = hash_blocks(&root, &t);
+        let mut generated = Vec::new();
+        extend_chain(&root, &mut generated, &t, 64);
+        assert_eq!(whole[..4], generated[..4]);
+        assert_ne!(whole[4], generated[4]);
     }
 }

@@ -12,8 +12,9 @@ use rayon::prelude::*;
 use crate::ids::{BLOCK_SIZE, BlockId};
 use crate::kernels::{self, QMatrix};
 use crate::model::Model;
-use crate::model::attention::attend_one;
+use crate::model::attention::{RowKv, attend_one};
 use crate::model::kv_storage::KvStorage;
+use crate::model::row_order::RowOrder;
 
 /// One sequence's slice of a step: `tokens` occupy positions
 /// `start_pos..start_pos + tokens.len()`, and the block table covers them all.
@@ -24,6 +25,10 @@ pub struct ForwardChunk<'a> {
     pub block_table: &'a [BlockId],
     /// Whether to compute logits for the chunk's last token.
     pub logits: bool,
+    /// The length of the sequence's original prompt: positions before it are
+    /// computed in the order of a whole-prompt call, later ones in that of a
+    /// one-token call ([`RowOrder`]), however the scheduler splits them.
+    pub prompt_len: usize,
 }
 
 /// Reusable activation buffers, grown to the largest step seen.
@@ -51,6 +56,7 @@ impl std::fmt::Debug for Workspace {
 struct RowInfo {
     chunk: usize,
     pos: usize,
+    order: RowOrder,
 }
 
 fn resize(v: &mut Vec<f32>, n: usize) {
@@ -108,9 +114,11 @@ impl Model {
                 return Err(ForwardError::BadToken(c, t));
             }
             for i in 0..ch.tokens.len() {
+                let pos = ch.start_pos + i;
                 ws.rows.push(RowInfo {
                     chunk: c,
-                    pos: ch.start_pos + i,
+                    pos,
+                    order: RowOrder::for_row(pos, ch.prompt_len),
                 });
             }
         }
@@ -146,25 +154,19 @@ impl Model {
             mm(&layer.qkv, &ws.h, t, &mut ws.qkv)?;
 
             // Rope on q and k, then write k and v into the paged cache.
-            {
-                let (k_cache, v_cache) = kv.layer_mut(li);
-                let kv_ref = KvGeometry { n_kv: nkv, d };
-                for (ri, row) in rows.iter().enumerate() {
-                    let base = ri * qkv_w;
-                    let qkv_row = &mut ws.qkv[base..base + qkv_w];
-                    for hd in 0..nh + nkv {
-                        self.rope.apply(&mut qkv_row[hd * d..(hd + 1) * d], row.pos);
-                    }
-                    let ch = &chunks[row.chunk];
-                    let block = ch.block_table[row.pos / BLOCK_SIZE];
-                    let slot = row.pos % BLOCK_SIZE;
-                    for kh in 0..nkv {
-                        let off = kv_ref.offset(block, kh, slot);
-                        let k_src = &qkv_row[(nh + kh) * d..(nh + kh + 1) * d];
-                        k_cache[off..off + d].copy_from_slice(k_src);
-                        let v_src = &qkv_row[(nh + nkv + kh) * d..(nh + nkv + kh + 1) * d];
-                        v_cache[off..off + d].copy_from_slice(v_src);
-                    }
+            for (ri, row) in rows.iter().enumerate() {
+                let base = ri * qkv_w;
+                let qkv_row = &mut ws.qkv[base..base + qkv_w];
+                for hd in 0..nh + nkv {
+                    self.rope.apply(&mut qkv_row[hd * d..(hd + 1) * d], row.pos);
+                }
+                let ch = &chunks[row.chunk];
+                let block = ch.block_table[row.pos / BLOCK_SIZE];
+                let slot = row.pos % BLOCK_SIZE;
+                for kh in 0..nkv {
+                    let k = &qkv_row[(nh + kh) * d..(nh + kh + 1) * d];
+                    let v = &qkv_row[(nh + nkv + kh) * d..(nh + nkv + kh + 1) * d];
+                    kv.write_token(li, block, kh, slot, k, v);
                 }
             }
 
@@ -182,17 +184,14 @@ impl Model {
                         let row = rows[ri];
                         let q = &qkv[ri * qkv_w + head * d..ri * qkv_w + (head + 1) * d];
                         let ch = &chunks[row.chunk];
-                        attend_one(
-                            q,
+                        let src = RowKv {
                             k_cache,
                             v_cache,
-                            kv_ro,
-                            ch.block_table,
-                            head / group,
-                            row.pos,
-                            scale,
-                            out,
-                        );
+                            kv: kv_ro,
+                            block_table: ch.block_table,
+                            kv_head: head / group,
+                        };
+                        attend_one(q, src, row.pos, row.order, scale, out);
                     });
             }
 
@@ -240,18 +239,6 @@ impl Model {
         let mut logits = vec![0f32; n * head.rows()];
         mm(head, &last, n, &mut logits)?;
         Ok(logits.chunks(head.rows()).map(|c| c.to_vec()).collect())
-    }
-}
-
-struct KvGeometry {
-    n_kv: usize,
-    d: usize,
-}
-
-impl KvGeometry {
-    #[inline]
-    fn offset(&self, block: BlockId, head: usize, slot: usize) -> usize {
-        ((block.index() * self.n_kv + head) * BLOCK_SIZE + slot) * self.d
     }
 }
 

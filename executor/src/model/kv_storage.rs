@@ -1,8 +1,10 @@
 //! The tensor memory behind the paged KV cache.
 //!
-//! One contiguous f32 buffer per layer for keys and one for values, laid out
-//! `[block][kv_head][slot][head_dim]` so that one head's keys inside a block are
-//! contiguous for the attention loop. The bookkeeping (which block belongs to
+//! One contiguous f32 buffer per layer for keys and one for values. Values are
+//! laid out `[block][kv_head][slot][head_dim]`, keys `[block][kv_head][head_dim]
+//! [slot]`: one head's keys inside a block are stored dimension-major, so the
+//! attention loop multiplies a query dimension into 16 keys with one vector op
+//! while each key's sum keeps its own order (see `model::attention`). The bookkeeping (which block belongs to
 //! whom) lives in `kv::BlockManager`; this type only stores numbers. Memory is
 //! allocated zeroed, so the OS maps pages lazily as blocks are first written.
 
@@ -57,13 +59,27 @@ impl KvStorage {
         ((block.index() * self.n_kv_heads + head) * BLOCK_SIZE + slot) * self.head_dim
     }
 
-    pub fn layer(&self, layer: usize) -> (&[f32], &[f32]) {
-        let (k, v) = &self.layers[layer];
-        (k, v)
+    /// Writes one token's key and value for `head` at `slot` of `block`.
+    pub fn write_token(
+        &mut self,
+        layer: usize,
+        block: BlockId,
+        head: usize,
+        slot: usize,
+        k: &[f32],
+        v: &[f32],
+    ) {
+        let base = self.offset(block, head, 0);
+        let d = self.head_dim;
+        let (kc, vc) = &mut self.layers[layer];
+        for (i, &x) in k[..d].iter().enumerate() {
+            kc[base + i * BLOCK_SIZE + slot] = x;
+        }
+        vc[base + slot * d..base + (slot + 1) * d].copy_from_slice(&v[..d]);
     }
 
-    pub fn layer_mut(&mut self, layer: usize) -> (&mut [f32], &mut [f32]) {
-        let (k, v) = &mut self.layers[layer];
+    pub fn layer(&self, layer: usize) -> (&[f32], &[f32]) {
+        let (k, v) = &self.layers[layer];
         (k, v)
     }
 }

@@ -10,6 +10,7 @@ pub mod forward;
 pub mod kv_storage;
 pub mod loader;
 pub mod rope;
+pub mod row_order;
 pub mod weights;
 
 use std::path::Path;

@@ -1,21 +1,24 @@
 //! Reference parity with candle-transformers' own quantized Llama forward
 //! (used only here, as an independent single-sequence implementation).
 //!
-//! What holds today: every Q4_1 product is bit-identical to candle's
-//! (`candle_bitwise.rs`) and f32 logits agree within 1e-3
-//! (`reference_logits_f32.rs`). Greedy tokens over 48 steps are identical for
-//! only some prompts: up to 4 prompt tokens the last-token logits agree to
-//! 1e-5, from 5 tokens on they differ by 0.3-0.9. Candle computes attention
-//! with gemm, whose f32 summation order differs from ours in the last bits;
-//! SmolLM2's residual stream has large outliers, so a last-bit difference
-//! flips an 8-bit activation rounding and grows through 30 layers. The target
-//! of 7 of 8 identical prompts needs our attention to reproduce gemm's order;
-//! this test holds the level we measured so a regression still fails.
+//! Our forward pass reproduces the reference's arithmetic bit for bit: every
+//! Q4_1/Q8_0 product is bit-identical to candle's (`candle_bitwise.rs`), and
+//! attention sums in the order candle's gemm and softmax kernels use for the
+//! reference's two call shapes, a whole prompt and one token at a time
+//! (`model::row_order`, checked op by op in `attention_order.rs`). The one
+//! product that is not bit-identical is the Q8_0 output head: candle's AVX2
+//! Q8_0 dot keeps 8 partial sums per row, ours one per block, which is faster
+//! for a batch; that moves logits by about 1e-5, where an attention order
+//! difference moved them by 0.3-0.9. Greedy decoding gives the same tokens on
+//! every prompt, through the engine's scheduler, paged cache and prefix cache
+//! (the prompts share the chat template's system message). The issue asks for
+//! 7 of 8 prompts; we hold all 8.
 
 use crate::common::*;
 use candle_core::{Device, Tensor};
 use candle_transformers::models::quantized_llama::ModelWeights;
-use stoker_executor::EngineConfig;
+use stoker_executor::model::{ForwardChunk, KvStorage, Workspace};
+use stoker_executor::{BLOCK_SIZE, BlockId, EngineConfig};
 
 const NEW_TOKENS: usize = 48;
 
@@ -40,13 +43,62 @@ fn reference_greedy(model: &mut ModelWeights, prompt: &[u32], n: usize) -> Vec<u
     out
 }
 
-#[test]
-fn greedy_tokens_track_the_reference_on_every_prompt_and_match_it_fully_on_some() {
-    let engine = engine(EngineConfig::default());
+fn reference_model() -> ModelWeights {
     let path = model_path();
     let mut file = std::fs::File::open(&path).unwrap();
     let content = candle_core::quantized::gguf_file::Content::read(&mut file).unwrap();
-    let mut reference = ModelWeights::from_gguf(content, &mut file, &Device::Cpu).unwrap();
+    ModelWeights::from_gguf(content, &mut file, &Device::Cpu).unwrap()
+}
+
+#[test]
+fn last_prompt_token_logits_differ_from_the_references_only_in_the_heads_last_bits() {
+    let engine = engine(EngineConfig::default());
+    let ours = load_model();
+    let mut reference = reference_model();
+    for p in PROMPTS {
+        let prompt = chat_prompt(&engine, p);
+        let blocks: Vec<BlockId> = (0..prompt.len().div_ceil(BLOCK_SIZE) as u32)
+            .map(BlockId)
+            .collect();
+        let mut kv = KvStorage::new(&ours.config, blocks.len());
+        let chunk = ForwardChunk {
+            tokens: &prompt,
+            start_pos: 0,
+            block_table: &blocks,
+            logits: true,
+            prompt_len: prompt.len(),
+        };
+        let mine = ours
+            .forward(&[chunk], &mut kv, &mut Workspace::default())
+            .unwrap()
+            .remove(0);
+        reference.clear_kv_cache();
+        let input = Tensor::new(prompt.as_slice(), &Device::Cpu)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap();
+        let theirs: Vec<f32> = reference
+            .forward(&input, 0)
+            .unwrap()
+            .squeeze(0)
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let worst = mine
+            .iter()
+            .zip(&theirs)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        eprintln!("{p:?} ({} tokens): max |Δlogit| = {worst:e}", prompt.len());
+        // Attention summed in another order moved these logits by 0.3-0.9.
+        assert!(worst <= 1e-4, "{p:?}: max |Δlogit| = {worst:e}");
+    }
+}
+
+#[test]
+fn greedy_tokens_equal_the_references_on_every_prompt() {
+    let engine = engine(EngineConfig::default());
+    let mut reference = reference_model();
 
     let mut matching = 0;
     let mut first_token = 0;
@@ -65,14 +117,10 @@ fn greedy_tokens_track_the_reference_on_every_prompt_and_match_it_fully_on_some(
         }
     }
     eprintln!("{}", report.join("\n"));
-    // Measured: 2 of 8 identical over 48 tokens, 7 of 8 on the first token.
     let report = report.join("\n");
-    assert!(
-        matching >= 2,
-        "only {matching} of 8 prompts match over {NEW_TOKENS} tokens:\n{report}"
-    );
-    assert!(
-        first_token >= 7,
-        "only {first_token} of 8 first tokens match:\n{report}"
+    assert_eq!(
+        (matching, first_token),
+        (PROMPTS.len(), PROMPTS.len()),
+        "prompts identical over {NEW_TOKENS} tokens, and on the first token:\n{report}"
     );
 }
