@@ -200,6 +200,11 @@ pub struct EngineSection {
     pub batch_max_step_tokens: usize,
     /// The batch lane pauses while interactive requests wait or prefill.
     pub batch_yields_to_prefill: bool,
+    /// `reference`: attention sums as candle-transformers' quantized Llama
+    /// does, so logits are its bits; `position`: a row's order depends on its
+    /// position alone, so a conversation's next turn reuses the KV of the
+    /// previous reply from the prefix cache.
+    pub attention_order: stoker_executor::AttentionOrder,
 }
 
 impl Default for EngineSection {
@@ -214,6 +219,7 @@ impl Default for EngineSection {
             interactive_reserve_share: e.interactive_reserve_share,
             batch_max_step_tokens: e.batch_max_step_tokens,
             batch_yields_to_prefill: e.batch_yields_to_prefill,
+            attention_order: e.attention_order,
         }
     }
 }
@@ -431,6 +437,7 @@ impl Config {
             threads: e.threads,
             batch_max_step_tokens: e.batch_max_step_tokens,
             batch_yields_to_prefill: e.batch_yields_to_prefill,
+            attention_order: e.attention_order,
             ..Default::default()
         }
     }
@@ -519,7 +526,7 @@ mod tests {
         let f = dir.join("c.toml");
         std::fs::write(
             &f,
-            "listen = \"127.0.0.1:9000\"\nshutdown_timeout_secs = 5\n[engine]\nmax_num_seqs = 8\n[admission]\nmax_waiting_requests = 3\n",
+            "listen = \"127.0.0.1:9000\"\nshutdown_timeout_secs = 5\n[engine]\nmax_num_seqs = 8\nattention_order = \"position\"\n[admission]\nmax_waiting_requests = 3\n",
         )
         .unwrap();
         let env = env_of(&[
@@ -539,6 +546,14 @@ mod tests {
         .unwrap();
         assert_eq!(c.listen.port(), 9000);
         assert_eq!(c.engine.max_num_seqs, 8);
+        assert_eq!(
+            c.engine_config().attention_order,
+            stoker_executor::AttentionOrder::Position
+        );
+        assert_eq!(
+            Config::default().engine_config().attention_order,
+            stoker_executor::AttentionOrder::Reference
+        );
         assert_eq!(c.admission.max_waiting_requests, 7, "env beats file");
         assert_eq!(c.shutdown_timeout_secs, 9, "flag beats file");
         assert_eq!(c.model_id(), "SmolLM2-135M-Instruct.Q4_1");
@@ -569,6 +584,9 @@ mod tests {
         assert!(e.to_string().contains("lisen"), "{e}");
         std::fs::write(&f, "[engine]\nmax_num_seqs = \"many\"\n").unwrap();
         assert!(Config::load_from(Some(&f), env_of(&[]), &Overrides::default()).is_err());
+        std::fs::write(&f, "[engine]\nattention_order = \"fastest\"\n").unwrap();
+        let e = Config::load_from(Some(&f), env_of(&[]), &Overrides::default()).unwrap_err();
+        assert!(e.to_string().contains("fastest"), "{e}");
         std::fs::write(
             &f,
             "[[api_keys]]\nkey = \"\"\ntenant = \"t\"\nscopes = [\"inference\"]\n",

@@ -1,6 +1,6 @@
 //! Engine benchmark: throughput and latency at several concurrencies, prefix
-//! caching on against off, and the decode step against its memory and compute
-//! floors. Everything is measured side by side in one run and printed as
+//! caching on against off, a conversation's second turn under each attention
+//! order, and the decode step against its memory and compute floors. Everything is measured side by side in one run and printed as
 //! ratios, because the machine is shared and noisy.
 //!
 //! Run: `cargo bench -p stoker-executor --bench engine`
@@ -10,12 +10,13 @@ use std::time::{Duration, Instant};
 
 use stoker_executor::chat_template::ChatMessage;
 use stoker_executor::{
-    Engine, EngineConfig, EngineEvent, Lane, LoadOptions, Model, SamplingParams, TenantId,
-    ValidRequest,
+    AttentionOrder, Engine, EngineConfig, EngineEvent, Lane, LoadOptions, Model, SamplingParams,
+    TenantId, ValidRequest,
 };
 
 const PROMPT_TOKENS: usize = 128;
 const OUTPUT_TOKENS: usize = 128;
+const REPLY_TOKENS: usize = 128;
 
 fn model_path() -> PathBuf {
     std::env::var("STOKER_MODEL")
@@ -106,6 +107,25 @@ fn run(
     }
     let traces: Vec<RequestTrace> = threads.into_iter().map(|t| t.join().unwrap()).collect();
     (start.elapsed(), traces)
+}
+
+/// Runs one greedy request to `max_tokens` and returns what it produced.
+fn collect(
+    engine: &Engine,
+    prompt: Vec<u32>,
+    max_tokens: usize,
+) -> stoker_executor::engine::Collected {
+    let mut params = SamplingParams::greedy(max_tokens);
+    params.stop_at_eos = false;
+    let req = ValidRequest::new(
+        prompt,
+        params,
+        Lane::Interactive,
+        TenantId::default(),
+        &engine.model_limits(),
+    )
+    .unwrap();
+    engine.submit(req).unwrap().collect_blocking()
 }
 
 /// Sustained read bandwidth over a buffer far larger than the caches, using
@@ -298,6 +318,52 @@ fn main() {
     println!(
         "- TTFT p50 off/on: {:.1}x",
         ttft_by_mode[1] / ttft_by_mode[0]
+    );
+
+    println!(
+        "\n## Attention order: a conversation's second turn (8 conversations, {REPLY_TOKENS}-token replies)\n"
+    );
+    let mut turn2 = Vec::new();
+    for order in [AttentionOrder::Reference, AttentionOrder::Position] {
+        let model = Model::load(&model_path(), LoadOptions::default()).unwrap();
+        let engine = Engine::start(
+            model,
+            EngineConfig {
+                attention_order: order,
+                ..EngineConfig::default()
+            },
+        )
+        .unwrap();
+        engine.warm_up().unwrap();
+        let (mut ttfts, mut cached, mut prompt) = (Vec::new(), 0, 0);
+        for i in 0..8 {
+            let user = |content: String| ChatMessage {
+                role: "user".into(),
+                content,
+            };
+            let render = |m: &[ChatMessage]| {
+                let text = engine.chat_template().render(m, true).unwrap();
+                engine.tokenizer().encode(&text).unwrap()
+            };
+            let turn1 = render(&[user(format!("Tell me about harbour number {i}."))]);
+            let reply = collect(&engine, turn1.clone(), REPLY_TOKENS).token_ids;
+            let follow_up = render(&[user("And its lighthouse?".into())]);
+            let ids = [turn1, reply, follow_up].concat();
+            prompt = ids.len();
+            let second = collect(&engine, ids, 8);
+            ttfts.push(second.timings.ttft.as_secs_f64() * 1e3);
+            cached += second.usage.cached_prompt_tokens;
+        }
+        let p50 = percentile(&mut ttfts, 50.0);
+        println!(
+            "- {order:?} order: second-turn prompt {prompt} tokens, TTFT p50 {p50:.1} ms, {:.0} tokens from the prefix cache on average",
+            cached as f64 / 8.0
+        );
+        turn2.push(p50);
+    }
+    println!(
+        "- second-turn TTFT p50 reference / position: {:.2}x",
+        turn2[0] / turn2[1]
     );
 
     println!("\n## Decode step against its floors\n");

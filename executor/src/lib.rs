@@ -19,7 +19,7 @@ pub mod scheduler;
 pub mod stop;
 pub mod tokenizer;
 
-pub use engine::{Engine, EngineConfig, EngineEvent, FinishReason, RequestHandle};
+pub use engine::{AttentionOrder, Engine, EngineConfig, EngineEvent, FinishReason, RequestHandle};
 pub use error::{EngineError, ModelError, ValidationError};
 pub use ids::{BLOCK_SIZE, BlockId, Lane, SeqId, TenantId};
 pub use model::{LoadOptions, Model};

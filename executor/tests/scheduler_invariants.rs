@@ -60,6 +60,7 @@ fn spec(id: u64, lane: Lane, tenant: &str, prompt: Vec<u32>, max_new: usize) -> 
         id: SeqId(id),
         lane,
         tenant: TenantId(tenant.to_string()),
+        ordered_prompt_len: prompt.len(),
         prompt,
         max_new_tokens: max_new,
     }

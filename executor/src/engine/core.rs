@@ -13,6 +13,7 @@ use super::{Command, EngineConfig, ModelInfo};
 use crate::detokenize::IncrementalDetokenizer;
 use crate::error::{EngineError, ModelError};
 use crate::ids::{Lane, SeqId};
+use crate::model::row_order::AttentionOrder;
 use crate::model::{ForwardChunk, KvStorage, Model, Workspace};
 use crate::request::SamplingParams;
 use crate::sampling::{SeqRng, sample};
@@ -45,6 +46,7 @@ pub(super) struct EngineCore {
     seqs: HashMap<SeqId, SeqState>,
     stats: EngineStats,
     sample_scratch: Vec<(f32, u32)>,
+    attention_order: AttentionOrder,
 }
 
 const EWMA: f64 = 0.1;
@@ -88,6 +90,7 @@ impl EngineCore {
             seqs: HashMap::new(),
             stats: EngineStats::default(),
             sample_scratch: Vec::new(),
+            attention_order: config.attention_order,
         };
         core.refresh_gauges();
         Ok(core)
@@ -195,6 +198,9 @@ impl EngineCore {
             tenant: request.tenant().clone(),
             prompt: request.prompt().to_vec(),
             max_new_tokens: params.max_tokens,
+            ordered_prompt_len: self
+                .attention_order
+                .ordered_prompt_len(request.prompt().len()),
         };
         if let Err(e) = self.sched.add(spec) {
             let err = match e {
@@ -290,7 +296,10 @@ impl EngineCore {
                 start_pos: c.start,
                 block_table: self.sched.block_table(c.seq).unwrap_or(&[]),
                 logits: c.sample,
-                prompt_len: self.sched.sequence(c.seq).map_or(0, |s| s.prompt_len()),
+                prompt_len: self
+                    .sched
+                    .sequence(c.seq)
+                    .map_or(0, |s| s.ordered_prompt_len()),
             })
             .collect();
         let result = self.model.forward(&chunks, &mut self.kv, &mut self.ws);

@@ -22,6 +22,7 @@ use tokio::sync::mpsc as tmpsc;
 use crate::error::{EngineError, ModelError};
 use crate::ids::{Lane, SeqId, TenantId};
 use crate::model::Model;
+pub use crate::model::row_order::AttentionOrder;
 use crate::request::{RequestLimits, SamplingParams, ValidRequest};
 
 pub use events::{EngineEvent, FinishReason, Timings, Usage};
@@ -49,6 +50,8 @@ pub struct EngineConfig {
     pub batch_max_step_tokens: usize,
     /// The batch lane pauses while interactive work waits or prefills.
     pub batch_yields_to_prefill: bool,
+    /// Whose summation order attention follows (`model::row_order`).
+    pub attention_order: AttentionOrder,
 }
 
 impl Default for EngineConfig {
@@ -65,6 +68,7 @@ impl Default for EngineConfig {
             threads: 0,
             batch_max_step_tokens: 32,
             batch_yields_to_prefill: true,
+            attention_order: AttentionOrder::Reference,
         }
     }
 }

@@ -33,6 +33,37 @@
 
 use crate::ids::BLOCK_SIZE;
 
+/// Which summation order an engine uses for its rows.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum AttentionOrder {
+    /// The reference's: prompt rows as in one whole-prompt call, generated
+    /// rows as in one-token calls. Logits are candle-transformers' bits. A
+    /// block is reused only by a sequence that sums its rows the same way, so
+    /// the next turn of a conversation recomputes the previous reply and the
+    /// previous prompt's last partial 32-position group.
+    #[default]
+    Reference,
+    /// Every row as in a one-token call: a row's order depends on its
+    /// position alone, so every full block of a conversation, generated
+    /// tokens included, serves its next turn. Still deterministic and
+    /// batch-invariant, but not the reference's bits.
+    Position,
+}
+
+impl AttentionOrder {
+    /// The prompt length that rows are ordered by ([`RowOrder::for_row`]):
+    /// the prompt's own in reference order, none in position order.
+    pub fn ordered_prompt_len(self, prompt_len: usize) -> usize {
+        match self {
+            AttentionOrder::Reference => prompt_len,
+            AttentionOrder::Position => 0,
+        }
+    }
+}
+
 /// How `q·k` over the head dimensions is summed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DotOrder {
@@ -147,6 +178,19 @@ mod tests {
         assert!(!RowOrder::for_row(70, 70).all_lanes);
         assert!(RowOrder::for_row(95, 70).all_lanes);
         assert_eq!(RowOrder::for_row(95, 70).lane_sum_end(95), 96);
+    }
+
+    #[test]
+    fn position_order_depends_on_the_position_alone() {
+        let len = |p| AttentionOrder::Position.ordered_prompt_len(p);
+        for pos in [0, 15, 31, 40, 300] {
+            assert_eq!(
+                RowOrder::for_row(pos, len(20)),
+                RowOrder::for_row(pos, len(500))
+            );
+        }
+        assert_eq!(block_tag(3, len(20)), block_tag(3, len(90)));
+        assert_eq!(AttentionOrder::Reference.ordered_prompt_len(90), 90);
     }
 
     #[test]

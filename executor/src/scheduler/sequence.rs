@@ -19,6 +19,10 @@ pub struct SeqSpec {
     pub tenant: TenantId,
     pub prompt: Vec<u32>,
     pub max_new_tokens: usize,
+    /// Positions before this one are summed in whole-prompt order
+    /// (`model::row_order`): the prompt's length in reference order, 0 in
+    /// position order. Part of every block's prefix-cache key.
+    pub ordered_prompt_len: usize,
 }
 
 /// Where a sequence is in its life.
@@ -39,6 +43,7 @@ pub struct Sequence {
     pub(super) tenant: TenantId,
     pub(super) tokens: Vec<u32>,
     pub(super) prompt_len: usize,
+    pub(super) ordered_prompt_len: usize,
     pub(super) max_new_tokens: usize,
     pub(super) num_computed: usize,
     pub(super) block_table: Vec<BlockId>,
@@ -58,6 +63,7 @@ impl Sequence {
             lane: spec.lane,
             tenant: spec.tenant,
             prompt_len: spec.prompt.len(),
+            ordered_prompt_len: spec.ordered_prompt_len.min(spec.prompt.len()),
             tokens: spec.prompt,
             max_new_tokens: spec.max_new_tokens,
             num_computed: 0,
@@ -84,6 +90,11 @@ impl Sequence {
     /// Prompt followed by every generated token appended so far.
     pub fn tokens(&self) -> &[u32] {
         &self.tokens
+    }
+
+    /// See [`SeqSpec::ordered_prompt_len`].
+    pub fn ordered_prompt_len(&self) -> usize {
+        self.ordered_prompt_len
     }
 
     pub fn prompt_len(&self) -> usize {

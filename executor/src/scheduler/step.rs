@@ -156,7 +156,12 @@ impl Scheduler {
             }
             seq.num_computed = end;
             if caching {
-                extend_chain(&root, &mut seq.block_hashes, &seq.tokens, seq.prompt_len);
+                extend_chain(
+                    &root,
+                    &mut seq.block_hashes,
+                    &seq.tokens,
+                    seq.ordered_prompt_len,
+                );
                 let full = end / BLOCK_SIZE;
                 for i in seq.num_registered..full {
                     let registered = self.kv.register(seq.block_hashes[i], seq.block_table[i]);
@@ -288,7 +293,12 @@ impl Scheduler {
         let seq = self.seqs.get_mut(&id).expect("queued sequences are known");
         let lane = seq.lane;
         let cached = if self.kv.prefix_caching_enabled() {
-            extend_chain(&root, &mut seq.block_hashes, &seq.tokens, seq.prompt_len);
+            extend_chain(
+                &root,
+                &mut seq.block_hashes,
+                &seq.tokens,
+                seq.ordered_prompt_len,
+            );
             // Leave at least the last token to compute, so logits exist.
             let max_hit = ((seq.tokens.len() - 1) / BLOCK_SIZE).min(seq.block_hashes.len());
             self.kv.lookup_prefix(&seq.block_hashes[..max_hit])

@@ -29,6 +29,7 @@ fn spec(id: u64, lane: Lane, tenant: &str, prompt_len: usize, max_new: usize) ->
             .map(|t| t + id as u32 * 1000)
             .collect(),
         max_new_tokens: max_new,
+        ordered_prompt_len: prompt_len,
     }
 }
 

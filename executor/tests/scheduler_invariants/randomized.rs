@@ -80,6 +80,7 @@ impl Workload {
             id,
             lane,
             tenant,
+            ordered_prompt_len: prompt.len(),
             prompt,
             max_new_tokens,
         }) {
