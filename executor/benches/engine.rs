@@ -64,16 +64,7 @@ fn run(
     let start = Instant::now();
     let mut threads = Vec::new();
     for p in prompts {
-        let mut params = SamplingParams::greedy(max_tokens);
-        params.stop_at_eos = false;
-        let req = ValidRequest::new(
-            p,
-            params,
-            Lane::Interactive,
-            TenantId::default(),
-            &engine.model_limits(),
-        )
-        .unwrap();
+        let req = greedy_request(engine, p, max_tokens);
         let submitted = Instant::now();
         let mut h = engine.submit(req).unwrap();
         threads.push(std::thread::spawn(move || {
@@ -109,23 +100,38 @@ fn run(
     (start.elapsed(), traces)
 }
 
-/// Runs one greedy request to `max_tokens` and returns what it produced.
-fn collect(
-    engine: &Engine,
-    prompt: Vec<u32>,
-    max_tokens: usize,
-) -> stoker_executor::engine::Collected {
+/// An engine on a freshly loaded model (an empty prefix cache), warmed up.
+fn fresh_engine(config: EngineConfig) -> Engine {
+    let model = Model::load(&model_path(), LoadOptions::default()).unwrap();
+    let engine = Engine::start(model, config).unwrap();
+    engine.warm_up().unwrap();
+    engine
+}
+
+/// An interactive greedy request for exactly `max_tokens` tokens.
+fn greedy_request(engine: &Engine, prompt: Vec<u32>, max_tokens: usize) -> ValidRequest {
     let mut params = SamplingParams::greedy(max_tokens);
     params.stop_at_eos = false;
-    let req = ValidRequest::new(
+    ValidRequest::new(
         prompt,
         params,
         Lane::Interactive,
         TenantId::default(),
         &engine.model_limits(),
     )
-    .unwrap();
-    engine.submit(req).unwrap().collect_blocking()
+    .unwrap()
+}
+
+/// Runs one greedy request to `max_tokens` and returns what it produced.
+fn collect(
+    engine: &Engine,
+    prompt: Vec<u32>,
+    max_tokens: usize,
+) -> stoker_executor::engine::Collected {
+    engine
+        .submit(greedy_request(engine, prompt, max_tokens))
+        .unwrap()
+        .collect_blocking()
 }
 
 /// Sustained read bandwidth over a buffer far larger than the caches, using
@@ -276,16 +282,10 @@ fn main() {
     let system: String = "You are a meticulous assistant for a logistics company. ".repeat(60);
     let mut ttft_by_mode = Vec::new();
     for caching in [true, false] {
-        let model = Model::load(&model_path(), LoadOptions::default()).unwrap();
-        let engine = Engine::start(
-            model,
-            EngineConfig {
-                enable_prefix_caching: caching,
-                ..EngineConfig::default()
-            },
-        )
-        .unwrap();
-        engine.warm_up().unwrap();
+        let engine = fresh_engine(EngineConfig {
+            enable_prefix_caching: caching,
+            ..EngineConfig::default()
+        });
         let mut ttfts = Vec::new();
         let mut prompt_len = 0;
         for i in 0..16 {
@@ -325,16 +325,10 @@ fn main() {
     );
     let mut turn2 = Vec::new();
     for order in [AttentionOrder::Reference, AttentionOrder::Position] {
-        let model = Model::load(&model_path(), LoadOptions::default()).unwrap();
-        let engine = Engine::start(
-            model,
-            EngineConfig {
-                attention_order: order,
-                ..EngineConfig::default()
-            },
-        )
-        .unwrap();
-        engine.warm_up().unwrap();
+        let engine = fresh_engine(EngineConfig {
+            attention_order: order,
+            ..EngineConfig::default()
+        });
         let (mut ttfts, mut cached, mut prompt) = (Vec::new(), 0, 0);
         for i in 0..8 {
             let user = |content: String| ChatMessage {

@@ -5,11 +5,9 @@
 #[path = "engine_suite/common.rs"]
 mod common;
 
-use candle_core::{Device, Tensor};
-use candle_transformers::models::quantized_llama::ModelWeights;
 use common::*;
-use stoker_executor::model::{ForwardChunk, KvStorage, WeightMode, Workspace};
-use stoker_executor::{BLOCK_SIZE, BlockId, LoadOptions, Model};
+use stoker_executor::model::WeightMode;
+use stoker_executor::{LoadOptions, Model};
 
 #[test]
 fn dequantized_f32_logits_agree_with_the_reference_within_1e_3() {
@@ -24,9 +22,7 @@ fn dequantized_f32_logits_agree_with_the_reference_within_1e_3() {
         },
     )
     .unwrap();
-    let mut file = std::fs::File::open(model_path()).unwrap();
-    let content = candle_core::quantized::gguf_file::Content::read(&mut file).unwrap();
-    let mut reference = ModelWeights::from_gguf(content, &mut file, &Device::Cpu).unwrap();
+    let mut reference = reference_model();
 
     let texts = [
         "The quick brown fox jumps over the lazy dog.",
@@ -36,38 +32,9 @@ fn dequantized_f32_logits_agree_with_the_reference_within_1e_3() {
     let mut worst = 0f32;
     for text in texts {
         let prompt = ours.tokenizer.encode(text).unwrap();
-        let blocks: Vec<BlockId> = (0..prompt.len().div_ceil(BLOCK_SIZE) as u32)
-            .map(BlockId)
-            .collect();
-        let mut kv = KvStorage::new(&ours.config, blocks.len());
-        let mut ws = Workspace::default();
-        let chunk = ForwardChunk {
-            tokens: &prompt,
-            start_pos: 0,
-            block_table: &blocks,
-            logits: true,
-            prompt_len: prompt.len(),
-        };
-        let mine = ours.forward(&[chunk], &mut kv, &mut ws).unwrap().remove(0);
-
-        reference.clear_kv_cache();
-        let input = Tensor::new(prompt.as_slice(), &Device::Cpu)
-            .unwrap()
-            .unsqueeze(0)
-            .unwrap();
-        let theirs: Vec<f32> = reference
-            .forward(&input, 0)
-            .unwrap()
-            .squeeze(0)
-            .unwrap()
-            .to_vec1()
-            .unwrap();
-        assert_eq!(mine.len(), theirs.len());
-        let diff = mine
-            .iter()
-            .zip(&theirs)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
+        let mine = prompt_logits(&ours, &prompt);
+        let theirs = reference_prompt_logits(&mut reference, &prompt);
+        let diff = max_abs_diff(&mine, &theirs);
         eprintln!("{text:?}: max |Δlogit| = {diff:e}");
         worst = worst.max(diff);
     }

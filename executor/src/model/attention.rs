@@ -32,6 +32,23 @@ pub struct RowKv<'a> {
     pub kv_head: usize,
 }
 
+impl RowKv<'_> {
+    /// For each block holding positions `0..=pos`: its first position, how
+    /// many of its slots are in range, and where its tile starts in the cache.
+    #[inline(always)]
+    fn blocks(&self, pos: usize) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
+        let n = pos + 1;
+        self.block_table[..n.div_ceil(BLOCK_SIZE)]
+            .iter()
+            .enumerate()
+            .map(move |(b, &block)| {
+                let first = b * BLOCK_SIZE;
+                let slots = (n - first).min(BLOCK_SIZE);
+                (first, slots, self.kv.offset(block, self.kv_head, 0))
+            })
+    }
+}
+
 thread_local! {
     static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
@@ -84,12 +101,7 @@ fn attend(
     out: &mut [f32],
 ) {
     let d = q.len();
-    let n = pos + 1;
-    let blocks = n.div_ceil(BLOCK_SIZE);
-    for (b, &block) in src.block_table[..blocks].iter().enumerate() {
-        let first = b * BLOCK_SIZE;
-        let slots = (n - first).min(BLOCK_SIZE);
-        let base = src.kv.offset(block, src.kv_head, 0);
+    for (first, slots, base) in src.blocks(pos) {
         let kt = &src.k_cache[base..base + d * BLOCK_SIZE];
         let s = block_scores(q, kt, order.dot);
         for (dst, &v) in scores[first..first + slots].iter_mut().zip(&s) {
@@ -109,11 +121,20 @@ fn attend(
         *s /= sum;
     }
 
+    if order.pair_sum {
+        // gemm's k = 2 path: two rounded products, then one addition.
+        let base = src.kv.offset(src.block_table[0], src.kv_head, 0);
+        let (v0, v1) = (
+            &src.v_cache[base..base + d],
+            &src.v_cache[base + d..base + 2 * d],
+        );
+        for ((o, &a), &b) in out.iter_mut().zip(v0).zip(v1) {
+            *o = a * scores[0] + b * scores[1];
+        }
+        return;
+    }
     out.fill(0.0);
-    for (b, &block) in src.block_table[..blocks].iter().enumerate() {
-        let first = b * BLOCK_SIZE;
-        let slots = (n - first).min(BLOCK_SIZE);
-        let base = src.kv.offset(block, src.kv_head, 0);
+    for (first, slots, base) in src.blocks(pos) {
         for (x, &p) in scores[first..first + slots].iter().enumerate() {
             let v = &src.v_cache[base + x * d..base + (x + 1) * d];
             for (o, &vv) in out.iter_mut().zip(v) {

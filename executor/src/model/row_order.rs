@@ -20,7 +20,8 @@
 //!   decode call): 32 elements per step into 4×8 lanes, a fixed reduction,
 //!   then the remaining `len % 32` elements one by one.
 //! - `p·V` is one fused multiply-add chain over the positions (gemm's
-//!   microkernel in the prompt call, gemv in a decode call). For prompts over
+//!   microkernel in the prompt call, gemv in a decode call), except over
+//!   exactly two positions, where gemm adds two rounded products. For prompts over
 //!   512 tokens gemm splits that chain into blocks; we keep one chain (see
 //!   [`RowOrder`]), so parity there is close but not exact.
 //!
@@ -85,6 +86,9 @@ pub struct RowOrder {
     /// positions from the start of the row's 32-position group onwards are
     /// added one by one after the lanes are reduced.
     pub all_lanes: bool,
+    /// A row two positions long: gemm sums `p·V` as two rounded products
+    /// added (its `k = 2` path) instead of a fused multiply-add chain.
+    pub pair_sum: bool,
 }
 
 /// Scores up to this many per decode call use gemm's horizontal kernel.
@@ -116,6 +120,7 @@ impl RowOrder {
         RowOrder {
             dot,
             all_lanes: lanes_end > pos,
+            pair_sum: row_len == 2 && pos == 1,
         }
     }
 
@@ -135,7 +140,7 @@ impl RowOrder {
             DotOrder::Chain => 1,
             DotOrder::Tree => 2,
         };
-        dot | (u8::from(self.all_lanes) << 2)
+        dot | (u8::from(self.all_lanes) << 2) | (u8::from(self.pair_sum) << 3)
     }
 }
 

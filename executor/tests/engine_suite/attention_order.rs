@@ -158,7 +158,7 @@ fn a_whole_prompt_matches_candle_bit_for_bit() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut failures = Vec::new();
     for p in [
-        1, 3, 4, 5, 8, 15, 16, 17, 31, 32, 33, 40, 47, 63, 64, 65, 100, 129, 200, 300, 512,
+        1, 2, 3, 4, 5, 8, 15, 16, 17, 31, 32, 33, 40, 47, 63, 64, 65, 100, 129, 200, 300, 512,
     ] {
         let q = rng.vec(p * HEADS * DIM);
         let k = rng.vec(p * KV_HEADS * DIM);
@@ -178,7 +178,7 @@ fn a_generated_token_matches_candle_bit_for_bit() {
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
     let mut failures = Vec::new();
     for len in [
-        3, 5, 16, 17, 31, 32, 33, 63, 64, 65, 96, 100, 255, 256, 257, 300, 513, 700,
+        2, 3, 5, 16, 17, 31, 32, 33, 63, 64, 65, 96, 100, 255, 256, 257, 300, 513, 700,
     ] {
         let q = rng.vec(HEADS * DIM);
         let k = rng.vec(len * KV_HEADS * DIM);

@@ -3,10 +3,14 @@
 
 use std::path::PathBuf;
 
+use candle_core::{Device, Tensor};
+use candle_transformers::models::quantized_llama::ModelWeights;
 use stoker_executor::chat_template::ChatMessage;
 use stoker_executor::engine::Collected;
+use stoker_executor::model::{ForwardChunk, KvStorage, Workspace};
 use stoker_executor::{
-    Engine, EngineConfig, Lane, LoadOptions, Model, SamplingParams, TenantId, ValidRequest,
+    BLOCK_SIZE, BlockId, Engine, EngineConfig, Lane, LoadOptions, Model, SamplingParams, TenantId,
+    ValidRequest,
 };
 
 /// The default model: `$STOKER_MODEL`, else `models/` at the workspace root.
@@ -81,4 +85,55 @@ pub fn greedy_ids(engine: &Engine, prompt: Vec<u32>, max_tokens: usize) -> Colle
         .submit(request(engine, prompt, params, Lane::Interactive))
         .unwrap();
     h.collect_blocking()
+}
+
+/// candle-transformers' quantized Llama on the default model (the reference).
+pub fn reference_model() -> ModelWeights {
+    let mut file = std::fs::File::open(model_path()).unwrap();
+    let content = candle_core::quantized::gguf_file::Content::read(&mut file).unwrap();
+    ModelWeights::from_gguf(content, &mut file, &Device::Cpu).unwrap()
+}
+
+/// The reference's logits for the last token of `prompt`, run as one call.
+pub fn reference_prompt_logits(reference: &mut ModelWeights, prompt: &[u32]) -> Vec<f32> {
+    reference.clear_kv_cache();
+    let input = Tensor::new(prompt, &Device::Cpu)
+        .unwrap()
+        .unsqueeze(0)
+        .unwrap();
+    reference
+        .forward(&input, 0)
+        .unwrap()
+        .squeeze(0)
+        .unwrap()
+        .to_vec1()
+        .unwrap()
+}
+
+/// Our logits for the last token of `prompt`, the whole prompt in one step.
+pub fn prompt_logits(model: &Model, prompt: &[u32]) -> Vec<f32> {
+    let blocks: Vec<BlockId> = (0..prompt.len().div_ceil(BLOCK_SIZE) as u32)
+        .map(BlockId)
+        .collect();
+    let mut kv = KvStorage::new(&model.config, blocks.len());
+    let chunk = ForwardChunk {
+        tokens: prompt,
+        start_pos: 0,
+        block_table: &blocks,
+        logits: true,
+        prompt_len: prompt.len(),
+    };
+    model
+        .forward(&[chunk], &mut kv, &mut Workspace::default())
+        .unwrap()
+        .remove(0)
+}
+
+/// The largest absolute difference between two logit vectors.
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max)
 }

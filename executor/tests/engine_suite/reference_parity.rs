@@ -17,8 +17,7 @@
 use crate::common::*;
 use candle_core::{Device, Tensor};
 use candle_transformers::models::quantized_llama::ModelWeights;
-use stoker_executor::model::{ForwardChunk, KvStorage, Workspace};
-use stoker_executor::{BLOCK_SIZE, BlockId, EngineConfig};
+use stoker_executor::EngineConfig;
 
 const NEW_TOKENS: usize = 48;
 
@@ -43,13 +42,6 @@ fn reference_greedy(model: &mut ModelWeights, prompt: &[u32], n: usize) -> Vec<u
     out
 }
 
-fn reference_model() -> ModelWeights {
-    let path = model_path();
-    let mut file = std::fs::File::open(&path).unwrap();
-    let content = candle_core::quantized::gguf_file::Content::read(&mut file).unwrap();
-    ModelWeights::from_gguf(content, &mut file, &Device::Cpu).unwrap()
-}
-
 #[test]
 fn last_prompt_token_logits_differ_from_the_references_only_in_the_heads_last_bits() {
     let engine = engine(EngineConfig::default());
@@ -57,38 +49,9 @@ fn last_prompt_token_logits_differ_from_the_references_only_in_the_heads_last_bi
     let mut reference = reference_model();
     for p in PROMPTS {
         let prompt = chat_prompt(&engine, p);
-        let blocks: Vec<BlockId> = (0..prompt.len().div_ceil(BLOCK_SIZE) as u32)
-            .map(BlockId)
-            .collect();
-        let mut kv = KvStorage::new(&ours.config, blocks.len());
-        let chunk = ForwardChunk {
-            tokens: &prompt,
-            start_pos: 0,
-            block_table: &blocks,
-            logits: true,
-            prompt_len: prompt.len(),
-        };
-        let mine = ours
-            .forward(&[chunk], &mut kv, &mut Workspace::default())
-            .unwrap()
-            .remove(0);
-        reference.clear_kv_cache();
-        let input = Tensor::new(prompt.as_slice(), &Device::Cpu)
-            .unwrap()
-            .unsqueeze(0)
-            .unwrap();
-        let theirs: Vec<f32> = reference
-            .forward(&input, 0)
-            .unwrap()
-            .squeeze(0)
-            .unwrap()
-            .to_vec1()
-            .unwrap();
-        let worst = mine
-            .iter()
-            .zip(&theirs)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
+        let mine = prompt_logits(&ours, &prompt);
+        let theirs = reference_prompt_logits(&mut reference, &prompt);
+        let worst = max_abs_diff(&mine, &theirs);
         eprintln!("{p:?} ({} tokens): max |Δlogit| = {worst:e}", prompt.len());
         // Attention summed in another order moved these logits by 0.3-0.9.
         assert!(worst <= 1e-4, "{p:?}: max |Δlogit| = {worst:e}");
