@@ -71,7 +71,8 @@ impl BlockHash {
 
 /// Extends `hashes` (the chain of `tokens`' first `hashes.len()` full blocks,
 /// starting from `root`) to cover every full block of `tokens`, a sequence
-/// whose first `prompt_len` tokens are its prompt. Already computed entries are
+/// whose first `prompt_len` positions are summed in whole-prompt order (its
+/// prompt in reference order, none in position order). Already computed entries are
 /// kept, so calling this after each appended token costs one hash per newly
 /// completed block.
 pub fn extend_chain(

@@ -25,9 +25,10 @@ pub struct ForwardChunk<'a> {
     pub block_table: &'a [BlockId],
     /// Whether to compute logits for the chunk's last token.
     pub logits: bool,
-    /// The length of the sequence's original prompt: positions before it are
-    /// computed in the order of a whole-prompt call, later ones in that of a
-    /// one-token call ([`RowOrder`]), however the scheduler splits them.
+    /// Positions before this one are computed in the order of a whole-prompt
+    /// call, later ones in that of a one-token call ([`RowOrder`]), however
+    /// the scheduler splits them: the sequence's original prompt length in
+    /// reference order, 0 in position order (`AttentionOrder`).
     pub prompt_len: usize,
 }
 
