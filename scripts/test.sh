@@ -6,6 +6,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 "$ROOT/scripts/fetch-model.sh"
+"$ROOT/scripts/fetch-llama-cpp-data.sh"
 "$ROOT/scripts/fetch-broker.sh"
 "$ROOT/scripts/setup-venv.sh"
 
