@@ -36,6 +36,11 @@ pub enum ModelError {
     },
     #[error("tensor `{0}`: {1}")]
     BadTensor(String, String),
+    #[error(
+        "tensor type {0} is not supported (supported: {list})",
+        list = crate::kernels::SUPPORTED_TENSOR_TYPES.join(", ")
+    )]
+    UnsupportedTensorType(String),
     #[error("tokenizer: {0}")]
     Tokenizer(String),
     #[error("chat template: {0}")]

@@ -5,6 +5,9 @@
 //! Real-model tests read `$STOKER_MODEL` or `../models/SmolLM2-135M-Instruct.Q4_1.gguf`
 //! relative to the crate and are skipped (with a note on stderr) when neither exists.
 
+#[path = "kernels/block_formats.rs"]
+mod block_formats;
+
 use std::path::PathBuf;
 
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor, gguf_file};
@@ -62,7 +65,17 @@ fn random_matrix(dtype: QDtype, rows: usize, cols: usize, seed: u64) -> QMatrix 
     match dtype {
         QDtype::Q4_1 => QMatrix::from_qtensor(&random_qtensor(GgmlDType::Q4_1, rows, cols, seed)),
         QDtype::Q8_0 => QMatrix::from_qtensor(&random_qtensor(GgmlDType::Q8_0, rows, cols, seed)),
-        QDtype::F32 | QDtype::F16 => {
+        QDtype::Blocks(b) => QMatrix::from_qtensor(&random_qtensor(
+            block_formats::BLOCK_TYPES
+                .iter()
+                .find(|(t, _)| *t == b)
+                .unwrap()
+                .1,
+            rows,
+            cols,
+            seed,
+        )),
+        QDtype::F32 | QDtype::F16 | QDtype::BF16 => {
             let mut rng = Rng::new(seed);
             QMatrix::from_f32(rows, cols, (0..rows * cols).map(|_| rng.next()).collect())
         }
@@ -212,8 +225,14 @@ fn candle_product(qt: QTensor, x: &[f32], t: usize, cols: usize) -> Vec<f32> {
 
 #[test]
 fn synthetic_products_agree_closely_with_candle_qmatmul() {
-    for (dtype, tol) in [(GgmlDType::Q4_1, 2e-3), (GgmlDType::Q8_0, 1e-5)] {
-        let (rows, cols, t) = (72, 256, 5);
+    // Every other format within 2e-3 as well: both sides quantize the activations per
+    // block (candle per 32 or 256 values, as ggml), with different rounding details.
+    let others = block_formats::BLOCK_TYPES.map(|(_, g)| (g, 2e-3));
+    for (dtype, tol) in [(GgmlDType::Q4_1, 2e-3), (GgmlDType::Q8_0, 1e-5)]
+        .into_iter()
+        .chain(others)
+    {
+        let (rows, cols, t) = (72, 512, 5);
         let qt = random_qtensor(dtype, rows, cols, 3);
         let w = QMatrix::from_qtensor(&qt).unwrap();
         let x = Rng::new(5).activations(t * cols);
@@ -530,11 +549,14 @@ fn hostile_shapes_and_lengths_are_typed_errors() {
         QMatrix::from_qtensor(&vector),
         Err(KernelError::NotAMatrix(_))
     ));
-    let k_quant = random_qtensor(GgmlDType::Q4K, 2, 256, 1);
-    assert!(matches!(
-        QMatrix::from_qtensor(&k_quant),
-        Err(KernelError::UnsupportedDtype(_))
-    ));
+    // Q8_K is an activation format, never a weight: refused by name, listing the rest.
+    let q8k = random_qtensor(GgmlDType::Q8K, 2, 256, 1);
+    match QMatrix::from_qtensor(&q8k) {
+        Err(KernelError::UnsupportedDtype(msg)) => {
+            assert!(msg.contains("Q8K") && msg.contains("Q4_K"), "{msg}")
+        }
+        other => panic!("expected UnsupportedDtype, got {other:?}"),
+    }
 }
 
 #[test]
@@ -548,7 +570,8 @@ fn garbage_weight_bytes_never_panic() {
             QDtype::Q4_1 => 20 * 3,
             QDtype::Q8_0 => 34 * 3,
             QDtype::F32 => 4 * 96,
-            QDtype::F16 => 2 * 96,
+            QDtype::F16 | QDtype::BF16 => 2 * 96,
+            QDtype::Blocks(_) => unreachable!("see block_formats"),
         };
         let bytes: Vec<u8> = (0..rows * per)
             .map(|_| (rng.next() * 128.0 + 128.0) as u8)

@@ -41,9 +41,13 @@
 
 pub mod dispatch;
 
+mod blocked;
+mod blocks;
+mod blocks_avx2;
 mod dense;
 mod q4_1;
 mod q8_0;
+mod q8k;
 mod quant;
 
 use std::cell::RefCell;
@@ -54,10 +58,14 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use half::f16;
 use rayon::prelude::*;
 
+pub use blocked::PackedBlocks;
+pub use blocks::BlockType;
 pub use dispatch::{KernelPath, kernel_path};
 pub use q4_1::PackedQ4_1;
 pub use q8_0::PackedQ8_0;
 
+use blocked::BlockActs;
+use q8k::Q8KBlock;
 use quant::{Q8Block, QK};
 
 /// Weight rows computed together by one kernel step (the tile height of every format).
@@ -102,6 +110,12 @@ pub enum KernelError {
     EmptyMatrix { rows: usize, cols: usize },
     #[error("{dtype:?} weights need a column count divisible by 32, got {cols}")]
     ColsNotMultipleOf32 { dtype: QDtype, cols: usize },
+    #[error("{dtype:?} weights need a column count divisible by {block}, got {cols}")]
+    ColsNotMultipleOfBlock {
+        dtype: QDtype,
+        cols: usize,
+        block: usize,
+    },
     #[error("size of a {rows}×{cols} matrix overflows usize")]
     SizeOverflow { rows: usize, cols: usize },
     #[error("{dtype:?} data for a {rows}×{cols} matrix needs {expected} bytes, got {actual}")]
@@ -148,7 +162,17 @@ pub enum QDtype {
     Q4_1,
     /// ggml `block_q8_0`: 34 bytes per 32 values.
     Q8_0,
+    /// Little-endian bfloat16 values (widened to f32 on load).
+    BF16,
+    /// One of ggml's other block formats, kept as stored ([`BlockType`]).
+    Blocks(BlockType),
 }
+
+/// Every tensor type [`QMatrix`] accepts, by ggml's name (for messages).
+pub const SUPPORTED_TENSOR_TYPES: &[&str] = &[
+    "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
+    "Q6_K",
+];
 
 impl QDtype {
     /// Bytes of storage for `n` values (`n` a multiple of the block size for quantized
@@ -156,14 +180,32 @@ impl QDtype {
     fn bytes_for(self, n: usize) -> Option<usize> {
         match self {
             QDtype::F32 => n.checked_mul(4),
-            QDtype::F16 => n.checked_mul(2),
+            QDtype::F16 | QDtype::BF16 => n.checked_mul(2),
             QDtype::Q4_1 => (n / QK).checked_mul(q4_1::BLOCK_BYTES),
             QDtype::Q8_0 => (n / QK).checked_mul(q8_0::BLOCK_BYTES),
+            QDtype::Blocks(b) => (n / b.block_values()).checked_mul(b.block_bytes()),
         }
     }
 
-    fn is_quantized(self) -> bool {
-        matches!(self, QDtype::Q4_1 | QDtype::Q8_0)
+    /// Values per block: 1 for the float types.
+    pub fn block_values(self) -> usize {
+        match self {
+            QDtype::F32 | QDtype::F16 | QDtype::BF16 => 1,
+            QDtype::Q4_1 | QDtype::Q8_0 => QK,
+            QDtype::Blocks(b) => b.block_values(),
+        }
+    }
+
+    /// ggml's name of the type.
+    pub fn name(self) -> &'static str {
+        match self {
+            QDtype::F32 => "F32",
+            QDtype::F16 => "F16",
+            QDtype::BF16 => "BF16",
+            QDtype::Q4_1 => "Q4_1",
+            QDtype::Q8_0 => "Q8_0",
+            QDtype::Blocks(b) => b.name(),
+        }
     }
 }
 
@@ -173,9 +215,21 @@ impl TryFrom<GgmlDType> for QDtype {
         match d {
             GgmlDType::F32 => Ok(QDtype::F32),
             GgmlDType::F16 => Ok(QDtype::F16),
+            GgmlDType::BF16 => Ok(QDtype::BF16),
             GgmlDType::Q4_1 => Ok(QDtype::Q4_1),
             GgmlDType::Q8_0 => Ok(QDtype::Q8_0),
-            other => Err(KernelError::UnsupportedDtype(format!("{other:?}"))),
+            GgmlDType::Q4_0 => Ok(QDtype::Blocks(BlockType::Q4_0)),
+            GgmlDType::Q5_0 => Ok(QDtype::Blocks(BlockType::Q5_0)),
+            GgmlDType::Q5_1 => Ok(QDtype::Blocks(BlockType::Q5_1)),
+            GgmlDType::Q2K => Ok(QDtype::Blocks(BlockType::Q2K)),
+            GgmlDType::Q3K => Ok(QDtype::Blocks(BlockType::Q3K)),
+            GgmlDType::Q4K => Ok(QDtype::Blocks(BlockType::Q4K)),
+            GgmlDType::Q5K => Ok(QDtype::Blocks(BlockType::Q5K)),
+            GgmlDType::Q6K => Ok(QDtype::Blocks(BlockType::Q6K)),
+            other => Err(KernelError::UnsupportedDtype(format!(
+                "{other:?} (supported: {})",
+                SUPPORTED_TENSOR_TYPES.join(", ")
+            ))),
         }
     }
 }
@@ -187,6 +241,8 @@ pub enum QData {
     Q4_1(PackedQ4_1),
     /// Q8_0 blocks in 8-row tiles.
     Q8_0(PackedQ8_0),
+    /// Other ggml blocks, row-major as stored.
+    Blocks(PackedBlocks),
     /// Row-major f32, `rows × cols`.
     F32(Vec<f32>),
 }
@@ -224,8 +280,12 @@ impl QMatrix {
         if rows == 0 || cols == 0 {
             return Err(KernelError::EmptyMatrix { rows, cols });
         }
-        if dtype.is_quantized() && !cols.is_multiple_of(QK) {
+        let block = dtype.block_values();
+        if block == QK && !cols.is_multiple_of(QK) {
             return Err(KernelError::ColsNotMultipleOf32 { dtype, cols });
+        }
+        if !cols.is_multiple_of(block) {
+            return Err(KernelError::ColsNotMultipleOfBlock { dtype, cols, block });
         }
         let expected = rows
             .checked_mul(cols)
@@ -253,15 +313,22 @@ impl QMatrix {
                     .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
                     .collect(),
             ),
+            QDtype::BF16 => QData::F32(
+                bytes
+                    .chunks_exact(2)
+                    .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+                    .collect(),
+            ),
             QDtype::Q4_1 => QData::Q4_1(PackedQ4_1::pack(bytes, rows, cols)),
             QDtype::Q8_0 => QData::Q8_0(PackedQ8_0::pack(bytes, rows, cols)),
+            QDtype::Blocks(b) => QData::Blocks(PackedBlocks::pack(b, bytes, cols)),
         };
         Ok(QMatrix { rows, cols, data })
     }
 
     /// Builds a matrix from a 2-D candle tensor read from GGUF (shape `[rows, cols]`).
-    /// Supports Q4_1, Q8_0, F32 and F16; other types give [`KernelError::UnsupportedDtype`]
-    /// (dequantize them and use [`QMatrix::from_f32`] if needed).
+    /// Supports every type in [`SUPPORTED_TENSOR_TYPES`]; others (the IQ and ternary
+    /// types) give [`KernelError::UnsupportedDtype`].
     pub fn from_qtensor(t: &QTensor) -> Result<Self, KernelError> {
         let dims = t.shape().dims();
         let &[rows, cols] = dims else {
@@ -306,11 +373,12 @@ impl QMatrix {
         self.cols
     }
 
-    /// The storage format (F16 input is stored as F32).
+    /// The storage format (F16 and BF16 input is stored as F32).
     pub fn dtype(&self) -> QDtype {
-        match self.data {
+        match &self.data {
             QData::Q4_1(_) => QDtype::Q4_1,
             QData::Q8_0(_) => QDtype::Q8_0,
+            QData::Blocks(b) => QDtype::Blocks(b.block_type()),
             QData::F32(_) => QDtype::F32,
         }
     }
@@ -325,6 +393,7 @@ impl QMatrix {
         match &self.data {
             QData::Q4_1(p) => p.byte_size(),
             QData::Q8_0(p) => p.byte_size(),
+            QData::Blocks(p) => p.byte_size(),
             QData::F32(v) => std::mem::size_of_val(v.as_slice()),
         }
     }
@@ -336,6 +405,7 @@ impl QMatrix {
         match &self.data {
             QData::Q4_1(p) => p.ggml_bytes(0..self.rows, self.cols, &mut out),
             QData::Q8_0(p) => p.ggml_bytes(0..self.rows, self.cols, &mut out),
+            QData::Blocks(p) => p.ggml_bytes(0..self.rows, &mut out),
             QData::F32(v) => out.extend(v.iter().flat_map(|x| x.to_le_bytes())),
         }
         out
@@ -359,6 +429,7 @@ impl QMatrix {
         match &self.data {
             QData::Q4_1(p) => p.dequantize_row(row, self.cols, out),
             QData::Q8_0(p) => p.dequantize_row(row, self.cols, out),
+            QData::Blocks(p) => p.dequantize_row(row, out),
             QData::F32(v) => out.copy_from_slice(&v[row * self.cols..(row + 1) * self.cols]),
         }
         Ok(())
@@ -425,6 +496,7 @@ impl QMatrix {
             match &p.data {
                 QData::Q4_1(q) => q.ggml_bytes(0..p.rows, cols, &mut bytes),
                 QData::Q8_0(q) => q.ggml_bytes(0..p.rows, cols, &mut bytes),
+                QData::Blocks(q) => q.ggml_bytes(0..p.rows, &mut bytes),
                 QData::F32(_) => {}
             }
         }
@@ -437,6 +509,7 @@ impl QMatrix {
 #[derive(Default)]
 pub struct MatmulScratch {
     acts: Vec<Q8Block>,
+    acts_k: Vec<Q8KBlock>,
     tmp: Vec<f32>,
 }
 
@@ -456,7 +529,9 @@ impl MatmulScratch {
 
     /// Heap bytes held.
     pub fn byte_size(&self) -> usize {
-        self.acts.capacity() * std::mem::size_of::<Q8Block>() + self.tmp.capacity() * 4
+        self.acts.capacity() * std::mem::size_of::<Q8Block>()
+            + self.acts_k.capacity() * std::mem::size_of::<Q8KBlock>()
+            + self.tmp.capacity() * 4
     }
 }
 
@@ -521,7 +596,7 @@ pub fn matmul_on_path(
     if t == 0 {
         return Ok(());
     }
-    let MatmulScratch { acts, tmp } = scratch;
+    let MatmulScratch { acts, acts_k, tmp } = scratch;
     let work = match &w.data {
         QData::F32(v) => Work::F32 { w: v, x },
         QData::Q4_1(p) => Work::Q4_1 {
@@ -531,6 +606,14 @@ pub fn matmul_on_path(
         QData::Q8_0(p) => Work::Q8_0 {
             tiles: p.tiles(),
             acts: quantize_acts(path, x, t, cols, acts),
+        },
+        QData::Blocks(p) if p.block_type().is_k() => Work::Blocks {
+            w: p,
+            acts: BlockActs::K(quantize_acts_k(x, t, cols, acts_k)),
+        },
+        QData::Blocks(p) => Work::Blocks {
+            w: p,
+            acts: BlockActs::Q8(quantize_acts(path, x, t, cols, acts)),
         },
     };
     let job = Job {
@@ -569,6 +652,29 @@ fn quantize_acts<'s>(
     acts
 }
 
+/// Quantizes the `t` rows of `x` into 256-value super-blocks (for the K-quants).
+fn quantize_acts_k<'s>(
+    x: &[f32],
+    t: usize,
+    cols: usize,
+    acts: &'s mut Vec<Q8KBlock>,
+) -> &'s [Q8KBlock] {
+    let nb = cols / blocks::QK_K;
+    if acts.len() < t * nb {
+        acts.resize(t * nb, Q8KBlock::default());
+    }
+    let acts = &mut acts[..t * nb];
+    if t >= ACT_SPLIT_MIN_T && rayon::current_num_threads() > 1 {
+        let per = t.div_ceil(rayon::current_num_threads() * TASKS_PER_THREAD);
+        acts.par_chunks_mut(per * nb)
+            .zip(x.par_chunks(per * cols))
+            .for_each(|(a, x)| q8k::quantize_row(x, a));
+    } else {
+        q8k::quantize_row(x, acts);
+    }
+    acts
+}
+
 /// Weights with their (quantized) activations.
 #[derive(Clone, Copy)]
 enum Work<'a> {
@@ -579,6 +685,10 @@ enum Work<'a> {
     Q8_0 {
         tiles: &'a [q8_0::Q8_0x8],
         acts: &'a [Q8Block],
+    },
+    Blocks {
+        w: &'a PackedBlocks,
+        acts: BlockActs<'a>,
     },
     F32 {
         w: &'a [f32],
@@ -610,6 +720,7 @@ impl Job<'_> {
                     Work::Q8_0 { tiles, acts } => {
                         q8_0::run_avx2(tiles, nb, acts, groups, act_rows, sink)
                     }
+                    Work::Blocks { w, acts } => blocked::run(true, w, acts, groups, act_rows, sink),
                     Work::F32 { w, x } => {
                         dense::run_avx2(w, self.rows, self.cols, x, groups, act_rows, sink)
                     }
@@ -620,6 +731,7 @@ impl Job<'_> {
         match self.work {
             Work::Q4_1 { tiles, acts } => q4_1::run_scalar(tiles, nb, acts, groups, act_rows, sink),
             Work::Q8_0 { tiles, acts } => q8_0::run_scalar(tiles, nb, acts, groups, act_rows, sink),
+            Work::Blocks { w, acts } => blocked::run(false, w, acts, groups, act_rows, sink),
             Work::F32 { w, x } => {
                 dense::run_scalar(w, self.rows, self.cols, x, groups, act_rows, sink)
             }
@@ -634,6 +746,13 @@ impl Job<'_> {
         let (group_bytes, act_row_bytes) = match self.work {
             Work::Q4_1 { .. } => (nb * size_of::<q4_1::Q4_1x8>(), nb * size_of::<Q8Block>()),
             Work::Q8_0 { .. } => (nb * size_of::<q8_0::Q8_0x8>(), nb * size_of::<Q8Block>()),
+            Work::Blocks { w, acts } => (
+                GROUP * w.byte_size() / self.rows,
+                match acts {
+                    BlockActs::Q8(_) => nb * size_of::<Q8Block>(),
+                    BlockActs::K(_) => self.cols / blocks::QK_K * size_of::<Q8KBlock>(),
+                },
+            ),
             Work::F32 { .. } => (GROUP * self.cols * 4, self.cols * 4),
         };
         let group_block = (L2_BLOCK_BYTES / group_bytes).max(1);
@@ -726,6 +845,7 @@ impl Job<'_> {
         match self.work {
             Work::Q4_1 { .. } => groups * nb * size_of::<q4_1::Q4_1x8>(),
             Work::Q8_0 { .. } => groups * nb * size_of::<q8_0::Q8_0x8>(),
+            Work::Blocks { w, .. } => w.byte_size(),
             Work::F32 { .. } => self.rows * self.cols * 4,
         }
     }

@@ -103,8 +103,45 @@ impl GgufArtifact {
     }
 }
 
+/// ggml's names of the tensor types stoker does not read, by type id: the IQ
+/// (importance-matrix codebook) and ternary families and the integer and f64 types.
+const UNSUPPORTED_TYPES: &[(u32, &str)] = &[
+    (16, "IQ2_XXS"),
+    (17, "IQ2_XS"),
+    (18, "IQ3_XXS"),
+    (19, "IQ1_S"),
+    (20, "IQ4_NL"),
+    (21, "IQ3_S"),
+    (22, "IQ2_S"),
+    (23, "IQ4_XS"),
+    (24, "I8"),
+    (25, "I16"),
+    (26, "I32"),
+    (27, "I64"),
+    (28, "F64"),
+    (29, "IQ1_M"),
+    (34, "TQ1_0"),
+    (35, "TQ2_0"),
+    (39, "MXFP4"),
+];
+
 fn classify_header_error(e: &candle_core::Error) -> ModelError {
     let msg = e.to_string();
+    if let Some(id) = msg
+        .split("unknown dtype for tensor ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse::<u32>().ok())
+    {
+        let name = UNSUPPORTED_TYPES
+            .iter()
+            .find(|(i, _)| *i == id)
+            .map_or_else(
+                || format!("ggml type {id}"),
+                |(_, n)| format!("{n} (ggml type {id})"),
+            );
+        return ModelError::UnsupportedTensorType(name);
+    }
     let truncated = msg.contains("remaining")
         || msg.contains("failed to fill whole buffer")
         || msg.contains("UnexpectedEof");

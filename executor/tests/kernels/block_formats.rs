@@ -1,0 +1,239 @@
+//! The block formats beyond Q4_1 and Q8_0 (Q4_0, Q5_0, Q5_1, Q2_K … Q6_K, BF16):
+//! decoding against the `gguf` Python package's numpy dequantizers (a committed fixture,
+//! `scripts/make_block_fixtures.py`), products against an f64 reference of the
+//! dequantized weights, the AVX2 and scalar paths bit for bit, and batch invariance.
+
+use candle_core::quantized::GgmlDType;
+use serde_json::Value;
+use stoker_executor::kernels::{BlockType, QData, QDtype, QMatrix};
+
+use super::{Rng, bits_eq, paths, pool, random_qtensor, reference, run};
+
+/// Every format added beside Q4_1, Q8_0 and the float types, with candle's quantizer.
+pub const BLOCK_TYPES: [(BlockType, GgmlDType); 8] = [
+    (BlockType::Q4_0, GgmlDType::Q4_0),
+    (BlockType::Q5_0, GgmlDType::Q5_0),
+    (BlockType::Q5_1, GgmlDType::Q5_1),
+    (BlockType::Q2K, GgmlDType::Q2K),
+    (BlockType::Q3K, GgmlDType::Q3K),
+    (BlockType::Q4K, GgmlDType::Q4K),
+    (BlockType::Q5K, GgmlDType::Q5K),
+    (BlockType::Q6K, GgmlDType::Q6K),
+];
+
+fn dtype_named(name: &str) -> QDtype {
+    match name {
+        "Q4_1" => QDtype::Q4_1,
+        "Q8_0" => QDtype::Q8_0,
+        "BF16" => QDtype::BF16,
+        other => QDtype::Blocks(
+            BLOCK_TYPES
+                .iter()
+                .map(|(b, _)| *b)
+                .find(|b| b.name() == other)
+                .unwrap_or_else(|| panic!("fixture names an unknown format {other}")),
+        ),
+    }
+}
+
+fn hex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+fn dense(w: &QMatrix) -> Vec<f32> {
+    match w.dequantize().data() {
+        QData::F32(v) => v.clone(),
+        _ => unreachable!("dequantize gives f32"),
+    }
+}
+
+#[test]
+fn every_format_decodes_as_the_gguf_reference_does() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/ggml_blocks.json"
+    );
+    let fixture: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let formats = fixture["formats"].as_object().unwrap();
+    assert_eq!(
+        formats.len(),
+        11,
+        "the fixture covers every readable format"
+    );
+    for (name, f) in formats {
+        let dtype = dtype_named(name);
+        let bytes = hex(f["bytes"].as_str().unwrap());
+        let want: Vec<f32> = f["values"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap() as f32)
+            .collect();
+        let (rows, cols) = (want.len() / 256, 256);
+        let w = QMatrix::from_ggml_bytes(dtype, &bytes, rows, cols)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(
+            w.to_ggml_bytes().len(),
+            if name == "BF16" {
+                4 * want.len()
+            } else {
+                bytes.len()
+            }
+        );
+        let got = dense(&w);
+        let scale = want.iter().fold(0f32, |a, v| a.max(v.abs()));
+        for (j, (g, e)) in got.iter().zip(&want).enumerate() {
+            // gguf-py computes in f32 with ggml's operation order; Q3_K and Q6_K are
+            // formed here as d·sc·q − d·off·sc instead of d·sc·(q − off): a few ulps.
+            assert!(
+                (g - e).abs() <= 4.0 * f32::EPSILON * scale,
+                "{name} value {j}: got {g}, gguf gives {e}"
+            );
+        }
+        for r in 0..rows {
+            assert_eq!(w.row_f32(r).unwrap(), got[r * cols..(r + 1) * cols]);
+        }
+    }
+}
+
+/// Products against the exact product of the dequantized weights with the unquantized
+/// activations. Per activation block of B values (32, or 256 for the K-quants) with
+/// scale `d = amax/127`, each activation is off by at most `d/2` (plus the f16 rounding
+/// of `d` for 32-value blocks, `127·2⁻¹¹·d`); the integer sums are exact and only a few
+/// f32 operations per block follow, bounded by a relative `2⁻²⁰` of `Σ|w|·(|x| + d)`.
+#[test]
+fn products_stay_within_the_activation_quantization_bound() {
+    let (rows, cols, t) = (37, 512, 5);
+    for (bt, gt) in BLOCK_TYPES {
+        let w = QMatrix::from_qtensor(&random_qtensor(gt, rows, cols, 3)).unwrap();
+        assert_eq!(w.dtype(), QDtype::Blocks(bt));
+        let wf = dense(&w);
+        let x = Rng::new(9).activations(t * cols);
+        let refs = reference(&wf, &x, t, rows, cols);
+        let bv = bt.block_values();
+        for path in paths() {
+            let out = run(path, &w, &x, t);
+            for i in 0..t {
+                let xr = &x[i * cols..(i + 1) * cols];
+                for n in 0..rows {
+                    let mut bound = 1e-6;
+                    for (b, xs) in xr.chunks_exact(bv).enumerate() {
+                        let d = xs.iter().fold(0f32, |a, v| a.max(v.abs())) as f64 / 127.0;
+                        let ws = &wf[n * cols + bv * b..n * cols + bv * (b + 1)];
+                        let wabs: f64 = ws.iter().map(|w| w.abs() as f64).sum();
+                        let wx: f64 = ws
+                            .iter()
+                            .zip(xs)
+                            .map(|(w, x)| (*w as f64 * *x as f64).abs())
+                            .sum();
+                        let f16 = if bv == 32 { 0.063 } else { 0.0 };
+                        bound += (0.5 + f16) * d * wabs + 2f64.powi(-20) * (wx + d * wabs);
+                        if bt == BlockType::Q5_1 {
+                            // The min term uses the Q8_1 sum `fp16(d·Σq)`.
+                            bound += 2f64.powi(-10)
+                                * 0.5
+                                * (xs.iter().map(|v| v.abs() as f64).sum::<f64>() + 16.0 * d);
+                        }
+                    }
+                    let (exact, _) = refs[i * rows + n];
+                    let got = out[i * rows + n] as f64;
+                    assert!(
+                        (got - exact).abs() <= bound,
+                        "{bt:?} {path:?} [{i},{n}]: got {got}, exact {exact}, bound {bound}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The integer sums are exact on both paths and the float steps are the same, so the
+/// AVX2 path gives the scalar path's bits; every row of a batch is the row computed alone,
+/// on one thread or two.
+#[test]
+fn paths_agree_bitwise_and_rows_are_independent_of_their_batch() {
+    let (rows, cols) = (203, 512);
+    for (bt, gt) in BLOCK_TYPES {
+        let w = QMatrix::from_qtensor(&random_qtensor(gt, rows, cols, 11)).unwrap();
+        for t in [1usize, 3, 37] {
+            let x = Rng::new(t as u64).activations(t * cols);
+            let mut all = Vec::new();
+            for path in paths() {
+                for threads in [1, 2] {
+                    let pool = pool(threads);
+                    let batch = pool.install(|| run(path, &w, &x, t));
+                    for i in [0, t / 2, t - 1] {
+                        let alone = pool.install(|| run(path, &w, &x[i * cols..(i + 1) * cols], 1));
+                        assert!(
+                            bits_eq(&batch[i * rows..(i + 1) * rows], &alone),
+                            "{bt:?} {path:?} t={t} threads={threads} row {i}"
+                        );
+                    }
+                    all.push(batch);
+                }
+            }
+            for other in &all[1..] {
+                assert!(
+                    bits_eq(&all[0], other),
+                    "{bt:?} t={t}: paths or pools differ"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn non_finite_activations_propagate_to_their_row_only() {
+    let (rows, cols, t) = (9, 256, 3);
+    for (bt, gt) in BLOCK_TYPES {
+        let w = QMatrix::from_qtensor(&random_qtensor(gt, rows, cols, 2)).unwrap();
+        let mut x = Rng::new(4).activations(t * cols);
+        x[cols + 7] = f32::INFINITY;
+        for path in paths() {
+            let out = run(path, &w, &x, t);
+            assert!(
+                out[rows..2 * rows].iter().all(|v| v.is_nan()),
+                "{bt:?} {path:?}"
+            );
+            assert!(
+                out[..rows]
+                    .iter()
+                    .chain(&out[2 * rows..])
+                    .all(|v| v.is_finite())
+            );
+        }
+    }
+}
+
+#[test]
+fn garbage_blocks_and_bad_shapes_are_handled() {
+    let mut rng = Rng::new(5);
+    for (bt, _) in BLOCK_TYPES {
+        let cols = if bt.block_values() == 256 { 512 } else { 96 };
+        let rows = 11;
+        let bytes: Vec<u8> = (0..rows * cols / bt.block_values() * bt.block_bytes())
+            .map(|_| (rng.next() * 128.0 + 128.0) as u8)
+            .collect();
+        let w = QMatrix::from_ggml_bytes(QDtype::Blocks(bt), &bytes, rows, cols).unwrap();
+        assert_eq!(w.to_ggml_bytes(), bytes);
+        let x = rng.activations(2 * cols);
+        for path in paths() {
+            assert_eq!(run(path, &w, &x, 2).len(), 2 * rows);
+        }
+        assert!(QMatrix::from_ggml_bytes(QDtype::Blocks(bt), &bytes[1..], rows, cols).is_err());
+        if bt.block_values() == 256 {
+            assert!(matches!(
+                QMatrix::from_ggml_bytes(QDtype::Blocks(bt), &bytes, rows, 96),
+                Err(
+                    stoker_executor::kernels::KernelError::ColsNotMultipleOfBlock {
+                        block: 256,
+                        ..
+                    }
+                )
+            ));
+        }
+    }
+}
