@@ -19,7 +19,7 @@ use std::hint::black_box;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use candle_core::quantized::{QMatMul, QStorage, QTensor, gguf_file};
+use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor, gguf_file};
 use candle_core::{Device, Module, Tensor};
 use rayon::prelude::*;
 use stoker_executor::kernels::{MatmulScratch, QMatrix, kernel_path, matmul_on_path};
@@ -270,6 +270,62 @@ fn main() -> Result<(), BoxError> {
             wb / sc / 1e9,
             sc / so
         );
+    }
+
+    println!();
+    println!(
+        "every tensor type: synthetic weights quantized by candle to the type, SmolLM2's \
+         ffn_down shape (576×1536) and its gate|up shape (3072×576; not for the K-quants, \
+         whose rows must be multiples of 256), median per call:"
+    );
+    println!(
+        "{:<6} {:>10} {:>4} | {:>10} {:>8} {:>8} | {:>10} {:>8} | {:>7}",
+        "type", "rows×cols", "t", "ours µs", "GFLOP/s", "w GB/s", "candle µs", "GFLOP/s", "speedup"
+    );
+    let types = [
+        GgmlDType::Q4_0,
+        GgmlDType::Q4_1,
+        GgmlDType::Q5_0,
+        GgmlDType::Q5_1,
+        GgmlDType::Q8_0,
+        GgmlDType::Q2K,
+        GgmlDType::Q3K,
+        GgmlDType::Q4K,
+        GgmlDType::Q5K,
+        GgmlDType::Q6K,
+    ];
+    for dtype in types {
+        let k = matches!(
+            dtype,
+            GgmlDType::Q2K | GgmlDType::Q3K | GgmlDType::Q4K | GgmlDType::Q5K | GgmlDType::Q6K
+        );
+        let shapes: &[(usize, usize)] = if k {
+            &[(576, 1536)]
+        } else {
+            &[(576, 1536), (3072, 576)]
+        };
+        for &(rows, cols) in shapes {
+            let w = Tensor::from_vec(Rng(7).vec(rows * cols), (rows, cols), &Device::Cpu)?;
+            let p = Pair::new(&[&QTensor::quantize(&(w * 0.1)?, dtype)?])?;
+            for t in [1usize, 16, 128] {
+                let mut inp = Inputs::new(t, cols, rows, 3 + t as u64)?;
+                let cand = Inputs::new(t, cols, rows, 3 + t as u64)?;
+                let (so, sc) = time_pair(budget, || ours(&p, &mut inp, t), || candle(&p, &cand));
+                let flops = 2.0 * (t * rows * cols) as f64;
+                println!(
+                    "{:<6} {:>10} {:>4} | {:>10.1} {:>8.1} {:>8.1} | {:>10.1} {:>8.1} | {:>6.2}x",
+                    format!("{dtype:?}"),
+                    format!("{rows}×{cols}"),
+                    t,
+                    so * 1e6,
+                    flops / so / 1e9,
+                    p.ours.byte_size() as f64 / so / 1e9,
+                    sc * 1e6,
+                    flops / sc / 1e9,
+                    sc / so
+                );
+            }
+        }
     }
 
     println!();

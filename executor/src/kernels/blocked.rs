@@ -22,7 +22,7 @@
 
 use std::ops::Range;
 
-use super::blocks::{self, BlockType, QK_K, QK32, Unpacked32, UnpackedK};
+use super::blocks::{self, BlockType, Unpacked32, UnpackedK};
 use super::q8k::Q8KBlock;
 use super::quant::Q8Block;
 use super::{GROUP, Sink};
@@ -91,6 +91,24 @@ pub(crate) fn run(
     act_rows: Range<usize>,
     sink: &mut Sink<'_>,
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2 {
+        // SAFETY: callers pass `avx2 = true` only after runtime detection (see `dispatch`).
+        unsafe { avx2_path::run(w, acts, groups, act_rows, sink) };
+        return;
+    }
+    let _ = avx2;
+    run_scalar(w, acts, groups, act_rows, sink)
+}
+
+/// The portable kernel: per output, one left-to-right sum of per-block values.
+fn run_scalar(
+    w: &PackedBlocks,
+    acts: BlockActs<'_>,
+    groups: Range<usize>,
+    act_rows: Range<usize>,
+    sink: &mut Sink<'_>,
+) {
     let rows = w.rows();
     let nb = w.row_bytes / w.ty.block_bytes();
     let bb = w.ty.block_bytes();
@@ -107,12 +125,12 @@ pub(crate) fn run(
                     for b in 0..nb {
                         for (k, u) in u.iter_mut().enumerate().take(live) {
                             let row = w.row(r0 + k);
-                            unpack32(avx2, w.ty, &row[b * bb..(b + 1) * bb], u);
+                            blocks::unpack32(w.ty, &row[b * bb..(b + 1) * bb], u);
                         }
                         for (i, acc) in acc.iter_mut().enumerate().take(n) {
                             let a = &a[(i0 + i) * nb + b];
                             for (acc, u) in acc.iter_mut().zip(&u).take(live) {
-                                *acc += dot32(avx2, u, a);
+                                *acc += dot32(u, a);
                             }
                         }
                     }
@@ -122,12 +140,12 @@ pub(crate) fn run(
                     for b in 0..nb {
                         for (k, u) in u.iter_mut().enumerate().take(live) {
                             let row = w.row(r0 + k);
-                            unpack_k(avx2, w.ty, &row[b * bb..(b + 1) * bb], u);
+                            blocks::unpack_k(w.ty, &row[b * bb..(b + 1) * bb], u);
                         }
                         for (i, acc) in acc.iter_mut().enumerate().take(n) {
                             let a = &a[(i0 + i) * nb + b];
                             for (acc, u) in acc.iter_mut().zip(&u).take(live) {
-                                *acc += dot_k(avx2, u, a);
+                                *acc += dot_k(u, a);
                             }
                         }
                     }
@@ -141,70 +159,22 @@ pub(crate) fn run(
     }
 }
 
-#[inline(always)]
-fn unpack32(avx2: bool, ty: BlockType, b: &[u8], u: &mut Unpacked32) {
-    #[cfg(target_arch = "x86_64")]
-    if avx2 {
-        // SAFETY: callers pass `avx2 = true` only after runtime detection (see `dispatch`).
-        return unsafe { super::blocks_avx2::unpack32(ty, b, u) };
-    }
-    let _ = avx2;
-    blocks::unpack32(ty, b, u)
-}
-
-#[inline(always)]
-fn unpack_k(avx2: bool, ty: BlockType, b: &[u8], u: &mut UnpackedK) {
-    #[cfg(target_arch = "x86_64")]
-    if avx2 {
-        // SAFETY: as in `unpack32`.
-        return unsafe { super::blocks_avx2::unpack_k(ty, b, u) };
-    }
-    let _ = avx2;
-    blocks::unpack_k(ty, b, u)
-}
-
 /// One legacy block's contribution: `(d·dx)·(Σ q·a − offset·Σ a) + m·s`.
 #[inline(always)]
-fn dot32(avx2: bool, u: &Unpacked32, a: &Q8Block) -> f32 {
-    let (sq, sa) = int_sums32(avx2, &u.q, &a.qs);
+fn dot32(u: &Unpacked32, a: &Q8Block) -> f32 {
+    let mut sq = 0i32;
+    let mut sa = 0i32;
+    for (&q, &a) in u.q.iter().zip(&a.qs) {
+        sq += q as i32 * a as i32;
+        sa += a as i32;
+    }
     let isum = sq - u.offset * sa;
     (u.d * a.d) * isum as f32 + u.m * a.s
 }
 
 /// One super-block's contribution: `dx·(d·Σ scale·Σ q·a − dmin·Σ min·bsum)`.
 #[inline(always)]
-fn dot_k(avx2: bool, u: &UnpackedK, a: &Q8KBlock) -> f32 {
-    let (isum, msum) = int_sums_k(avx2, u, a);
-    a.d * (u.d * isum as f32 - u.dmin * msum as f32)
-}
-
-/// `(Σ q·a, Σ a)` over 32 values.
-#[inline(always)]
-fn int_sums32(avx2: bool, q: &[u8; QK32], a: &[i8; QK32]) -> (i32, i32) {
-    #[cfg(target_arch = "x86_64")]
-    if avx2 {
-        // SAFETY: callers pass `avx2 = true` only after runtime detection (see `dispatch`).
-        return unsafe { int_sums32_avx2(q, a) };
-    }
-    let _ = avx2;
-    let mut sq = 0i32;
-    let mut sa = 0i32;
-    for (&q, &a) in q.iter().zip(a) {
-        sq += q as i32 * a as i32;
-        sa += a as i32;
-    }
-    (sq, sa)
-}
-
-/// `(Σₛ scaleₛ·Σ q·a, Σₛ minₛ·bsumₛ)` over a super-block.
-#[inline(always)]
-fn int_sums_k(avx2: bool, u: &UnpackedK, a: &Q8KBlock) -> (i32, i32) {
-    #[cfg(target_arch = "x86_64")]
-    if avx2 {
-        // SAFETY: as in `int_sums32`.
-        return unsafe { int_sums_k_avx2(u, a) };
-    }
-    let _ = avx2;
+fn dot_k(u: &UnpackedK, a: &Q8KBlock) -> f32 {
     let mut isum = 0i32;
     for (s, (q, a)) in u.q.chunks_exact(16).zip(a.qs.chunks_exact(16)).enumerate() {
         let mut p = 0i32;
@@ -217,65 +187,207 @@ fn int_sums_k(avx2: bool, u: &UnpackedK, a: &Q8KBlock) -> (i32, i32) {
     for (&m, &b) in u.mins.iter().zip(&a.bsums) {
         msum += m as i32 * b as i32;
     }
-    (isum, msum)
+    a.d * (u.d * isum as f32 - u.dmin * msum as f32)
 }
 
+/// The AVX2 kernel: the same integers and the same float operations per output as
+/// the portable one, with the 8 rows of a group in the 8 lanes of one register.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-#[inline]
-fn hsum_epi32(v: std::arch::x86_64::__m256i) -> i32 {
+mod avx2_path {
     use std::arch::x86_64::*;
-    let s4 = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
-    let s2 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
-    let s1 = _mm_add_epi32(s2, _mm_shuffle_epi32::<0b01>(s2));
-    _mm_cvtsi128_si32(s1)
-}
+    use std::ops::Range;
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-#[inline]
-fn int_sums32_avx2(q: &[u8; QK32], a: &[i8; QK32]) -> (i32, i32) {
-    use std::arch::x86_64::*;
-    // SAFETY: both arrays are exactly 32 bytes.
-    let (qv, av) = unsafe {
-        (
-            _mm256_loadu_si256(q.as_ptr().cast()),
-            _mm256_loadu_si256(a.as_ptr().cast()),
-        )
-    };
-    let ones16 = _mm256_set1_epi16(1);
-    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(qv, av), ones16);
-    let s = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), av), ones16);
-    (hsum_epi32(p), hsum_epi32(s))
-}
+    use super::super::blocks_avx2;
+    use super::super::{GROUP, Sink};
+    use super::{BlockActs, PackedBlocks, Q8Block, Q8KBlock, RUN, Unpacked32, UnpackedK};
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-#[inline]
-fn int_sums_k_avx2(u: &UnpackedK, a: &Q8KBlock) -> (i32, i32) {
-    use std::arch::x86_64::*;
-    let mut acc = _mm256_setzero_si256();
-    for v in 0..QK_K / 32 {
-        // SAFETY: offsets 32·v..32·v + 32 lie inside the 256-byte arrays.
-        let (qv, av) = unsafe {
-            (
-                _mm256_loadu_si256(u.q.as_ptr().add(32 * v).cast()),
-                _mm256_loadu_si256(a.qs.as_ptr().add(32 * v).cast()),
-            )
-        };
-        // Lanes 0..8 hold sub-block 2v's pair sums, lanes 8..16 those of 2v + 1.
-        let sc = _mm256_set_m128i(
-            _mm_set1_epi16(u.scales[2 * v + 1]),
-            _mm_set1_epi16(u.scales[2 * v]),
-        );
-        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(qv, av), sc));
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn load(p: &[u8]) -> __m256i {
+        assert!(p.len() >= 32);
+        // SAFETY: 32 bytes in bounds (checked above).
+        unsafe { _mm256_loadu_si256(p.as_ptr().cast()) }
     }
-    // SAFETY: 16 i16 values each.
-    let (mv, bv) = unsafe {
-        (
-            _mm256_loadu_si256(u.mins.as_ptr().cast()),
-            _mm256_loadu_si256(a.bsums.as_ptr().cast()),
+
+    /// Lane k of the result is the sum of the 8 lanes of `p[k]`.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn reduce8(p: &[__m256i; GROUP]) -> __m256i {
+        let s01 = _mm256_hadd_epi32(p[0], p[1]);
+        let s23 = _mm256_hadd_epi32(p[2], p[3]);
+        let s45 = _mm256_hadd_epi32(p[4], p[5]);
+        let s67 = _mm256_hadd_epi32(p[6], p[7]);
+        let t0 = _mm256_hadd_epi32(s01, s23);
+        let t1 = _mm256_hadd_epi32(s45, s67);
+        _mm256_add_epi32(
+            _mm256_permute2x128_si256::<0x20>(t0, t1),
+            _mm256_permute2x128_si256::<0x31>(t0, t1),
         )
-    };
-    (hsum_epi32(acc), hsum_epi32(_mm256_madd_epi16(mv, bv)))
+    }
+
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn hsum(v: __m256i) -> i32 {
+        let s4 = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+        let s2 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+        let s1 = _mm_add_epi32(s2, _mm_shuffle_epi32::<0b01>(s2));
+        _mm_cvtsi128_si32(s1)
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) fn run(
+        w: &PackedBlocks,
+        acts: BlockActs<'_>,
+        groups: Range<usize>,
+        act_rows: Range<usize>,
+        sink: &mut Sink<'_>,
+    ) {
+        let rows = w.rows();
+        let bb = w.ty.block_bytes();
+        let nb = w.row_bytes / bb;
+        let ones8 = _mm256_set1_epi8(1);
+        let ones16 = _mm256_set1_epi16(1);
+        for g in groups {
+            let r0 = g * GROUP;
+            let live = GROUP.min(rows - r0);
+            let mut i0 = act_rows.start;
+            while i0 < act_rows.end {
+                let n = RUN.min(act_rows.end - i0);
+                let mut acc = [_mm256_setzero_ps(); RUN];
+                match acts {
+                    BlockActs::Q8(a) => {
+                        let mut u = [Unpacked32::default(); GROUP];
+                        for b in 0..nb {
+                            for (k, u) in u.iter_mut().enumerate().take(live) {
+                                let row = w.row(r0 + k);
+                                blocks_avx2::unpack32(w.ty, &row[b * bb..(b + 1) * bb], u);
+                            }
+                            let dw = _mm256_setr_ps(
+                                u[0].d, u[1].d, u[2].d, u[3].d, u[4].d, u[5].d, u[6].d, u[7].d,
+                            );
+                            let mw = _mm256_setr_ps(
+                                u[0].m, u[1].m, u[2].m, u[3].m, u[4].m, u[5].m, u[6].m, u[7].m,
+                            );
+                            let off = _mm256_setr_epi32(
+                                u[0].offset,
+                                u[1].offset,
+                                u[2].offset,
+                                u[3].offset,
+                                u[4].offset,
+                                u[5].offset,
+                                u[6].offset,
+                                u[7].offset,
+                            );
+                            let mut qv = [_mm256_setzero_si256(); GROUP];
+                            for (qv, u) in qv.iter_mut().zip(&u) {
+                                *qv = load(&u.q);
+                            }
+                            for (i, acc) in acc.iter_mut().enumerate().take(n) {
+                                let ab: &Q8Block = &a[(i0 + i) * nb + b];
+                                // SAFETY: the 32 quants are 32 bytes.
+                                let av = unsafe { _mm256_loadu_si256(ab.qs.as_ptr().cast()) };
+                                let sa = hsum(_mm256_madd_epi16(
+                                    _mm256_maddubs_epi16(ones8, av),
+                                    ones16,
+                                ));
+                                let mut p = [_mm256_setzero_si256(); GROUP];
+                                for (p, &qv) in p.iter_mut().zip(&qv) {
+                                    *p = _mm256_madd_epi16(_mm256_maddubs_epi16(qv, av), ones16);
+                                }
+                                let isum = _mm256_sub_epi32(
+                                    reduce8(&p),
+                                    _mm256_mullo_epi32(off, _mm256_set1_epi32(sa)),
+                                );
+                                let val = _mm256_add_ps(
+                                    _mm256_mul_ps(
+                                        _mm256_mul_ps(dw, _mm256_set1_ps(ab.d)),
+                                        _mm256_cvtepi32_ps(isum),
+                                    ),
+                                    _mm256_mul_ps(mw, _mm256_set1_ps(ab.s)),
+                                );
+                                *acc = _mm256_add_ps(*acc, val);
+                            }
+                        }
+                    }
+                    BlockActs::K(a) => {
+                        let mut u = [UnpackedK::default(); GROUP];
+                        // Per row, per 32 quants: [scale of the first 16 ×8, of the next 16 ×8].
+                        let mut scv = [[_mm256_setzero_si256(); 8]; GROUP];
+                        let spread = _mm256_setr_epi8(
+                            0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3,
+                            2, 3, 2, 3, 2, 3, 2, 3,
+                        );
+                        for b in 0..nb {
+                            for (k, u) in u.iter_mut().enumerate().take(live) {
+                                let row = w.row(r0 + k);
+                                blocks_avx2::unpack_k(w.ty, &row[b * bb..(b + 1) * bb], u);
+                                // SAFETY: 16 i16 scales are 32 bytes.
+                                let sc = unsafe { _mm256_loadu_si256(u.scales.as_ptr().cast()) };
+                                for (v, out) in scv[k].iter_mut().enumerate() {
+                                    let pair = _mm256_permutevar8x32_epi32(
+                                        sc,
+                                        _mm256_set1_epi32(v as i32),
+                                    );
+                                    *out = _mm256_shuffle_epi8(pair, spread);
+                                }
+                            }
+                            let dw = _mm256_setr_ps(
+                                u[0].d, u[1].d, u[2].d, u[3].d, u[4].d, u[5].d, u[6].d, u[7].d,
+                            );
+                            let dmw = _mm256_setr_ps(
+                                u[0].dmin, u[1].dmin, u[2].dmin, u[3].dmin, u[4].dmin, u[5].dmin,
+                                u[6].dmin, u[7].dmin,
+                            );
+                            for (i, acc) in acc.iter_mut().enumerate().take(n) {
+                                let ab: &Q8KBlock = &a[(i0 + i) * nb + b];
+                                // SAFETY: 16 i16 block sums are 32 bytes.
+                                let bs = unsafe { _mm256_loadu_si256(ab.bsums.as_ptr().cast()) };
+                                let mut ip = [_mm256_setzero_si256(); GROUP];
+                                let mut mp = [_mm256_setzero_si256(); GROUP];
+                                for v in 0..8 {
+                                    // SAFETY: bytes 32·v..32·v + 32 of the 256 quants.
+                                    let av = unsafe {
+                                        _mm256_loadu_si256(ab.qs.as_ptr().add(32 * v).cast())
+                                    };
+                                    for k in 0..GROUP {
+                                        let qv = load(&u[k].q[32 * v..]);
+                                        ip[k] = _mm256_add_epi32(
+                                            ip[k],
+                                            _mm256_madd_epi16(
+                                                _mm256_maddubs_epi16(qv, av),
+                                                scv[k][v],
+                                            ),
+                                        );
+                                    }
+                                }
+                                for k in 0..GROUP {
+                                    // SAFETY: 16 i16 minimums are 32 bytes.
+                                    let mv =
+                                        unsafe { _mm256_loadu_si256(u[k].mins.as_ptr().cast()) };
+                                    mp[k] = _mm256_madd_epi16(mv, bs);
+                                }
+                                let isum = _mm256_cvtepi32_ps(reduce8(&ip));
+                                let msum = _mm256_cvtepi32_ps(reduce8(&mp));
+                                let val = _mm256_mul_ps(
+                                    _mm256_set1_ps(ab.d),
+                                    _mm256_sub_ps(
+                                        _mm256_mul_ps(dw, isum),
+                                        _mm256_mul_ps(dmw, msum),
+                                    ),
+                                );
+                                *acc = _mm256_add_ps(*acc, val);
+                            }
+                        }
+                    }
+                }
+                for (i, acc) in acc.iter().enumerate().take(n) {
+                    let mut out = [0f32; GROUP];
+                    // SAFETY: 8 f32 lanes into an 8-float array.
+                    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), *acc) };
+                    sink(g, i0 + i, &out);
+                }
+                i0 += n;
+            }
+        }
+    }
 }
