@@ -200,10 +200,10 @@ pub struct EngineSection {
     pub batch_max_step_tokens: usize,
     /// The batch lane pauses while interactive requests wait or prefill.
     pub batch_yields_to_prefill: bool,
-    /// `reference`: attention sums as candle-transformers' quantized Llama
-    /// does, so logits are its bits; `position`: a row's order depends on its
-    /// position alone, so a conversation's next turn reuses the KV of the
-    /// previous reply from the prefix cache.
+    /// `position` (default): a row's order depends on its position alone, so
+    /// a conversation's next turn reuses the KV of the previous reply from the
+    /// prefix cache; `reference`: attention sums as candle-transformers'
+    /// quantized Llama does, so logits are its bits (the reference-parity tests).
     pub attention_order: stoker_executor::AttentionOrder,
 }
 
@@ -526,7 +526,7 @@ mod tests {
         let f = dir.join("c.toml");
         std::fs::write(
             &f,
-            "listen = \"127.0.0.1:9000\"\nshutdown_timeout_secs = 5\n[engine]\nmax_num_seqs = 8\nattention_order = \"position\"\n[admission]\nmax_waiting_requests = 3\n",
+            "listen = \"127.0.0.1:9000\"\nshutdown_timeout_secs = 5\n[engine]\nmax_num_seqs = 8\nattention_order = \"reference\"\n[admission]\nmax_waiting_requests = 3\n",
         )
         .unwrap();
         let env = env_of(&[
@@ -548,11 +548,11 @@ mod tests {
         assert_eq!(c.engine.max_num_seqs, 8);
         assert_eq!(
             c.engine_config().attention_order,
-            stoker_executor::AttentionOrder::Position
+            stoker_executor::AttentionOrder::Reference
         );
         assert_eq!(
             Config::default().engine_config().attention_order,
-            stoker_executor::AttentionOrder::Reference
+            stoker_executor::AttentionOrder::Position
         );
         assert_eq!(c.admission.max_waiting_requests, 7, "env beats file");
         assert_eq!(c.shutdown_timeout_secs, 9, "flag beats file");

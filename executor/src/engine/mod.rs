@@ -68,7 +68,7 @@ impl Default for EngineConfig {
             threads: 0,
             batch_max_step_tokens: 32,
             batch_yields_to_prefill: true,
-            attention_order: AttentionOrder::Reference,
+            attention_order: AttentionOrder::Position,
         }
     }
 }

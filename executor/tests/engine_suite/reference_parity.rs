@@ -17,7 +17,7 @@
 use crate::common::*;
 use candle_core::{Device, Tensor};
 use candle_transformers::models::quantized_llama::ModelWeights;
-use stoker_executor::EngineConfig;
+use stoker_executor::{AttentionOrder, EngineConfig};
 
 const NEW_TOKENS: usize = 48;
 
@@ -44,7 +44,10 @@ fn reference_greedy(model: &mut ModelWeights, prompt: &[u32], n: usize) -> Vec<u
 
 #[test]
 fn last_prompt_token_logits_differ_from_the_references_only_in_the_heads_last_bits() {
-    let engine = engine(EngineConfig::default());
+    let engine = engine(EngineConfig {
+        attention_order: AttentionOrder::Reference,
+        ..EngineConfig::default()
+    });
     let ours = load_model();
     let mut reference = reference_model();
     for p in PROMPTS {
@@ -60,7 +63,10 @@ fn last_prompt_token_logits_differ_from_the_references_only_in_the_heads_last_bi
 
 #[test]
 fn greedy_tokens_equal_the_references_on_every_prompt() {
-    let engine = engine(EngineConfig::default());
+    let engine = engine(EngineConfig {
+        attention_order: AttentionOrder::Reference,
+        ..EngineConfig::default()
+    });
     let mut reference = reference_model();
 
     let mut matching = 0;
