@@ -10,6 +10,7 @@ pub mod detokenize;
 pub mod engine;
 pub mod error;
 pub mod ids;
+pub mod inspect;
 pub mod kernels;
 pub mod kv;
 pub mod model;

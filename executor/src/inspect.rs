@@ -1,0 +1,245 @@
+//! What a GGUF file is and whether stoker can serve it, without loading its weights.
+//!
+//! `stoker inspect FILE` is the first thing an operator runs on a downloaded model: it
+//! must say what the file holds (architecture, size, tensor types by role, context,
+//! tokenizer, chat template) and, when stoker cannot serve it, every reason why, in
+//! the words of the checks [`crate::Model::load`] itself runs (hyper-parameters,
+//! tokenizer, chat template, tensor types). Only the header and metadata are read,
+//! plus one pass over the file for its sha256 (the revision id).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use candle_core::quantized::gguf_file::Value;
+use serde::Serialize;
+
+use crate::chat_template::ChatTemplate;
+use crate::error::ModelError;
+use crate::kernels::{QDtype, SUPPORTED_TENSOR_TYPES};
+use crate::model::LlamaConfig;
+use crate::model::loader::GgufArtifact;
+use crate::tokenizer::{KEY_MODEL, KEY_PRE, KEY_TOKENS, ModelTokenizer};
+
+/// The report on one file.
+#[derive(Clone, Debug, Serialize)]
+pub struct Inspection {
+    pub path: String,
+    pub sha256: String,
+    pub file_size: u64,
+    pub name: Option<String>,
+    pub architecture: Option<String>,
+    /// llama.cpp's name of `general.file_type` (e.g. `Q4_K_M`), when recorded.
+    pub file_type: Option<String>,
+    pub parameters: u64,
+    pub tensors: usize,
+    /// Tensor role (the name without its `blk.N.` prefix) → ggml type → count.
+    pub tensor_types: BTreeMap<String, BTreeMap<String, usize>>,
+    pub context_length: Option<u64>,
+    pub tokenizer_model: Option<String>,
+    pub pre_tokenizer: Option<String>,
+    pub vocab_size: Option<usize>,
+    pub chat_template_sha256: Option<String>,
+    /// Whether the file ships its own chat template (else stoker's ChatML fallback).
+    pub has_chat_template: bool,
+    pub servable: bool,
+    /// Every reason stoker cannot serve the file; empty when it can.
+    pub problems: Vec<String>,
+}
+
+/// llama.cpp's `llama_ftype` names for `general.file_type`.
+pub fn file_type_name(v: u32) -> Option<&'static str> {
+    Some(match v {
+        0 => "F32",
+        1 => "F16",
+        2 => "Q4_0",
+        3 => "Q4_1",
+        7 => "Q8_0",
+        8 => "Q5_0",
+        9 => "Q5_1",
+        10 => "Q2_K",
+        11 => "Q3_K_S",
+        12 => "Q3_K_M",
+        13 => "Q3_K_L",
+        14 => "Q4_K_S",
+        15 => "Q4_K_M",
+        16 => "Q5_K_S",
+        17 => "Q5_K_M",
+        18 => "Q6_K",
+        19 => "IQ2_XXS",
+        20 => "IQ2_XS",
+        21 => "Q2_K_S",
+        22 => "IQ3_XS",
+        23 => "IQ3_XXS",
+        24 => "IQ1_S",
+        25 => "IQ4_NL",
+        26 => "IQ3_S",
+        27 => "IQ3_M",
+        28 => "IQ2_S",
+        29 => "IQ2_M",
+        30 => "IQ4_XS",
+        31 => "IQ1_M",
+        32 => "BF16",
+        36 => "TQ1_0",
+        37 => "TQ2_0",
+        38 => "MXFP4_MOE",
+        _ => return None,
+    })
+}
+
+fn string(md: &std::collections::HashMap<String, Value>, key: &str) -> Option<String> {
+    md.get(key).and_then(|v| v.to_string().ok()).cloned()
+}
+
+fn integer(v: &Value) -> Option<u64> {
+    v.to_u64()
+        .ok()
+        .or_else(|| v.to_u32().ok().map(u64::from))
+        .or_else(|| v.to_i32().ok().and_then(|x| u64::try_from(x).ok()))
+}
+
+/// The role of a tensor: its name without the `blk.N.` prefix.
+fn role(name: &str) -> String {
+    match name.strip_prefix("blk.") {
+        Some(rest) => rest.split_once('.').map_or(rest, |(_, r)| r).to_string(),
+        None => name.to_string(),
+    }
+}
+
+/// Inspects `path`. A file that cannot be opened or parsed at all is an error; a file
+/// that parses but cannot be served is an [`Inspection`] with `servable: false`.
+pub fn inspect(path: &Path) -> Result<Inspection, ModelError> {
+    let art = GgufArtifact::open(path)?;
+    let md = art.metadata();
+    let mut problems = Vec::new();
+
+    let mut tensor_types: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
+    let mut parameters = 0u64;
+    let mut unsupported = BTreeMap::new();
+    for (name, info) in &art.content.tensor_infos {
+        parameters += info.shape.elem_count() as u64;
+        let ty = match QDtype::try_from(info.ggml_dtype) {
+            Ok(d) => d.name().to_string(),
+            Err(_) => {
+                let n = format!("{:?}", info.ggml_dtype);
+                *unsupported.entry(n.clone()).or_insert(0usize) += 1;
+                n
+            }
+        };
+        *tensor_types
+            .entry(role(name))
+            .or_default()
+            .entry(ty)
+            .or_default() += 1;
+    }
+    for (ty, n) in unsupported {
+        problems.push(format!(
+            "{n} tensors of type {ty}, which stoker does not read (supported: {})",
+            SUPPORTED_TENSOR_TYPES.join(", ")
+        ));
+    }
+
+    let architecture = string(md, "general.architecture");
+    if let Err(e) = LlamaConfig::from_metadata(md) {
+        problems.push(e.to_string());
+    }
+    let context_length = architecture
+        .as_ref()
+        .and_then(|a| md.get(&format!("{a}.context_length")))
+        .and_then(integer);
+
+    let (mut chat_template_sha256, mut has_chat_template) = (None, false);
+    match ModelTokenizer::from_gguf_metadata(md) {
+        Ok(tok) => match ChatTemplate::from_gguf_metadata(md, &tok) {
+            Ok(t) => {
+                has_chat_template = !t.is_fallback();
+                chat_template_sha256 = Some(t.sha256_hex());
+            }
+            Err(e) => problems.push(format!("chat template: {e}")),
+        },
+        Err(e) => problems.push(format!("tokenizer: {e}")),
+    }
+    let vocab_size = match md.get(KEY_TOKENS) {
+        Some(Value::Array(a)) => Some(a.len()),
+        _ => None,
+    };
+
+    Ok(Inspection {
+        path: path.display().to_string(),
+        sha256: art.sha256.clone(),
+        file_size: art.file_size,
+        name: string(md, "general.name"),
+        file_type: md.get("general.file_type").and_then(integer).map(|v| {
+            u32::try_from(v)
+                .ok()
+                .and_then(file_type_name)
+                .map_or_else(|| format!("unknown ({v})"), str::to_string)
+        }),
+        architecture,
+        parameters,
+        tensors: art.content.tensor_infos.len(),
+        tensor_types,
+        context_length,
+        tokenizer_model: string(md, KEY_MODEL),
+        pre_tokenizer: string(md, KEY_PRE),
+        vocab_size,
+        chat_template_sha256,
+        has_chat_template,
+        servable: problems.is_empty(),
+        problems,
+    })
+}
+
+impl Inspection {
+    /// A human-readable report, one fact per line.
+    pub fn to_text(&self) -> String {
+        use std::fmt::Write;
+        let or = |o: &Option<String>| o.clone().unwrap_or_else(|| "-".into());
+        let mut s = String::new();
+        let _ = writeln!(s, "file            {}", self.path);
+        let _ = writeln!(s, "sha256          {}", self.sha256);
+        let _ = writeln!(s, "size            {} bytes", self.file_size);
+        let _ = writeln!(s, "name            {}", or(&self.name));
+        let _ = writeln!(s, "architecture    {}", or(&self.architecture));
+        let _ = writeln!(s, "file type       {}", or(&self.file_type));
+        let _ = writeln!(
+            s,
+            "parameters      {} ({:.1} M) in {} tensors",
+            self.parameters,
+            self.parameters as f64 / 1e6,
+            self.tensors
+        );
+        let ctx = self.context_length.map_or("-".into(), |c| c.to_string());
+        let _ = writeln!(s, "context         {ctx}");
+        let _ = writeln!(
+            s,
+            "tokenizer       {} (pre-tokenizer {}, {} tokens)",
+            or(&self.tokenizer_model),
+            or(&self.pre_tokenizer),
+            self.vocab_size.map_or("-".into(), |v| v.to_string())
+        );
+        let _ = writeln!(
+            s,
+            "chat template   {}{}",
+            or(&self.chat_template_sha256),
+            if self.has_chat_template {
+                ""
+            } else {
+                " (none in the file: ChatML fallback)"
+            }
+        );
+        let _ = writeln!(s, "tensor types by role:");
+        for (role, types) in &self.tensor_types {
+            let list: Vec<String> = types.iter().map(|(t, n)| format!("{t} x{n}")).collect();
+            let _ = writeln!(s, "  {role:<28} {}", list.join(", "));
+        }
+        if self.servable {
+            let _ = writeln!(s, "servable        yes");
+        } else {
+            let _ = writeln!(s, "servable        no");
+            for p in &self.problems {
+                let _ = writeln!(s, "  - {p}");
+            }
+        }
+        s
+    }
+}
