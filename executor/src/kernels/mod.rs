@@ -254,6 +254,10 @@ pub struct QMatrix {
     rows: usize,
     cols: usize,
     data: QData,
+    /// The file's format when the weights are held in another one: Q4_0 and Q5_0 are
+    /// held as the Q8_0 tiles of the same values (exact), so they run on the Q8_0
+    /// kernel instead of decoding 32 weights per block at every step.
+    origin: Option<BlockType>,
 }
 
 impl fmt::Debug for QMatrix {
@@ -321,9 +325,29 @@ impl QMatrix {
             ),
             QDtype::Q4_1 => QData::Q4_1(PackedQ4_1::pack(bytes, rows, cols)),
             QDtype::Q8_0 => QData::Q8_0(PackedQ8_0::pack(bytes, rows, cols)),
+            QDtype::Blocks(b @ (BlockType::Q4_0 | BlockType::Q5_0)) => {
+                let mut q8 = vec![0u8; rows * cols / QK * blocks::Q8_0_BYTES];
+                for (src, dst) in bytes
+                    .chunks_exact(b.block_bytes())
+                    .zip(q8.chunks_exact_mut(blocks::Q8_0_BYTES))
+                {
+                    blocks::legacy_to_q8_0(b, src, dst);
+                }
+                return Ok(QMatrix {
+                    rows,
+                    cols,
+                    data: QData::Q8_0(PackedQ8_0::pack(&q8, rows, cols)),
+                    origin: Some(b),
+                });
+            }
             QDtype::Blocks(b) => QData::Blocks(PackedBlocks::pack(b, bytes, cols)),
         };
-        Ok(QMatrix { rows, cols, data })
+        Ok(QMatrix {
+            rows,
+            cols,
+            data,
+            origin: None,
+        })
     }
 
     /// Builds a matrix from a 2-D candle tensor read from GGUF (shape `[rows, cols]`).
@@ -360,6 +384,7 @@ impl QMatrix {
             rows,
             cols,
             data: QData::F32(values),
+            origin: None,
         })
     }
 
@@ -373,8 +398,11 @@ impl QMatrix {
         self.cols
     }
 
-    /// The storage format (F16 and BF16 input is stored as F32).
+    /// The file's format (F16 and BF16 input is stored as F32).
     pub fn dtype(&self) -> QDtype {
+        if let Some(b) = self.origin {
+            return QDtype::Blocks(b);
+        }
         match &self.data {
             QData::Q4_1(_) => QDtype::Q4_1,
             QData::Q8_0(_) => QDtype::Q8_0,
@@ -402,6 +430,14 @@ impl QMatrix {
     /// [`QMatrix::from_ggml_bytes`] with [`QMatrix::dtype`]).
     pub fn to_ggml_bytes(&self) -> Vec<u8> {
         let mut out = Vec::new();
+        if let (Some(b), QData::Q8_0(p)) = (self.origin, &self.data) {
+            let mut q8 = Vec::new();
+            p.ggml_bytes(0..self.rows, self.cols, &mut q8);
+            for block in q8.chunks_exact(blocks::Q8_0_BYTES) {
+                blocks::q8_0_to_legacy(b, block, &mut out);
+            }
+            return out;
+        }
         match &self.data {
             QData::Q4_1(p) => p.ggml_bytes(0..self.rows, self.cols, &mut out),
             QData::Q8_0(p) => p.ggml_bytes(0..self.rows, self.cols, &mut out),
@@ -453,6 +489,7 @@ impl QMatrix {
             rows: self.rows,
             cols: self.cols,
             data: QData::F32(values),
+            origin: None,
         }
     }
 
@@ -493,12 +530,7 @@ impl QMatrix {
         }
         let mut bytes = Vec::new();
         for p in parts {
-            match &p.data {
-                QData::Q4_1(q) => q.ggml_bytes(0..p.rows, cols, &mut bytes),
-                QData::Q8_0(q) => q.ggml_bytes(0..p.rows, cols, &mut bytes),
-                QData::Blocks(q) => q.ggml_bytes(0..p.rows, &mut bytes),
-                QData::F32(_) => {}
-            }
+            bytes.extend(p.to_ggml_bytes());
         }
         QMatrix::from_ggml_bytes(dtype, &bytes, rows, cols)
     }

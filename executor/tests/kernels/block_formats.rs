@@ -150,9 +150,10 @@ fn products_stay_within_the_activation_quantization_bound() {
     }
 }
 
-/// The integer sums are exact on both paths and the float steps are the same, so the
-/// AVX2 path gives the scalar path's bits; every row of a batch is the row computed alone,
-/// on one thread or two.
+/// Every row of a batch is the row computed alone, on one thread or two. Where the
+/// block kernel runs (Q5_1, the K-quants) the integer sums are exact on both paths and
+/// the float steps the same, so the AVX2 path gives the scalar path's bits; Q4_0 and
+/// Q5_0 run on the Q8_0 tiles, whose two paths differ in f32 rounding only.
 #[test]
 fn paths_agree_bitwise_and_rows_are_independent_of_their_batch() {
     let (rows, cols) = (203, 512);
@@ -175,11 +176,24 @@ fn paths_agree_bitwise_and_rows_are_independent_of_their_batch() {
                     all.push(batch);
                 }
             }
-            for other in &all[1..] {
-                assert!(
-                    bits_eq(&all[0], other),
-                    "{bt:?} t={t}: paths or pools differ"
-                );
+            let per_path = all.len() / paths().len();
+            for (p, path_runs) in all.chunks(per_path).enumerate() {
+                for other in &path_runs[1..] {
+                    assert!(
+                        bits_eq(&path_runs[0], other),
+                        "{bt:?} t={t} path {p}: pools differ"
+                    );
+                }
+            }
+            let on_q8_0 = matches!(bt, BlockType::Q4_0 | BlockType::Q5_0);
+            let last = &all[all.len() - 1];
+            if on_q8_0 {
+                let scale = all[0].iter().fold(0f32, |m, v| m.max(v.abs()));
+                for (a, b) in all[0].iter().zip(last) {
+                    assert!((a - b).abs() <= 1e-5 * scale, "{bt:?} t={t}: {a} vs {b}");
+                }
+            } else {
+                assert!(bits_eq(&all[0], last), "{bt:?} t={t}: paths differ");
             }
         }
     }
