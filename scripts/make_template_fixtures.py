@@ -17,9 +17,10 @@ Every template in `models/llama.cpp/templates/` (fetched by
 `scripts/fetch-llama-cpp-data.sh`) is rendered on the fixed conversations below,
 with BOS/EOS bound to the fixed strings `<BOS>`/`<EOS>` for every family (the
 comparison only needs both sides to use the same strings) and the clock fixed at
-FIXED_NOW. The result is written to `executor/tests/fixtures/chat_templates.json`:
-template file name -> conversation name -> {"ok": rendered} or {"error": message}
-when jinja2 raises.
+FIXED_NOW. The result is written to `executor/tests/fixtures/chat_templates.json`
+together with those inputs, so the Rust test reads the conversations from the
+fixture instead of repeating them: `renders` maps template file name ->
+conversation name -> {"ok": rendered} or {"error": message} when jinja2 raises.
 
 Run: python3 -m venv .tools/tmpl-venv && .tools/tmpl-venv/bin/pip install jinja2
      .tools/tmpl-venv/bin/python scripts/make_template_fixtures.py
@@ -39,7 +40,6 @@ ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = ROOT / "models" / "llama.cpp" / "templates"
 OUT = ROOT / "executor" / "tests" / "fixtures" / "chat_templates.json"
 
-# Kept in sync with executor/tests/tokenizer/llama_cpp_templates.rs.
 BOS = "<BOS>"
 EOS = "<EOS>"
 FIXED_NOW = datetime(2025, 1, 15, 10, 30, 0)
@@ -140,8 +140,16 @@ def main():
         fixture[path.name] = {
             name: render(env, source, conv) for name, conv in CONVERSATIONS.items()
         }
+    document = {
+        "generator": f"scripts/make_template_fixtures.py with jinja2 {jinja2.__version__}",
+        "bos_token": BOS,
+        "eos_token": EOS,
+        "now": FIXED_NOW.isoformat(),
+        "conversations": CONVERSATIONS,
+        "renders": fixture,
+    }
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(fixture, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    OUT.write_text(json.dumps(document, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     errors = sum("error" in r for t in fixture.values() for r in t.values())
     print(
         f"jinja2 {jinja2.__version__}: {len(fixture)} templates, "
