@@ -2,19 +2,27 @@
 //!
 //! This module owns rendering of the Jinja chat template that ships in the GGUF
 //! file (`tokenizer.chat_template`), so a conversation is laid out exactly as the
-//! model was trained to see it. Rendering uses minijinja configured like Hugging
-//! Face's `apply_chat_template` (`trim_blocks`, `lstrip_blocks`, loop controls, a
-//! `raise_exception` function, and the `bos_token`, `eos_token`, `messages` and
-//! `add_generation_prompt` variables). Templates come from model files, which we
-//! do not fully trust, so every failure is a typed [`TemplateError`] and rendering
-//! is bounded: minijinja fuel caps the executed instructions, the recursion limit
-//! is lowered, and the output size is capped.
+//! model was trained to see it, and as llama.cpp lays it out. Rendering uses
+//! minijinja configured like Hugging Face's `apply_chat_template`, whose jinja2
+//! setup llama.cpp's engine reproduces: `trim_blocks`, `lstrip_blocks`, loop
+//! controls, `raise_exception`, `strftime_now`, a Python `json.dumps` `tojson`,
+//! Python string and dict methods, the `{% generation %}` tag, and the
+//! `messages`, `tools` (None when absent), `bos_token`, `eos_token` and
+//! `add_generation_prompt` variables plus any extra ones a caller sets (e.g.
+//! `enable_thinking`). `executor/tests/tokenizer/llama_cpp_templates.rs` checks
+//! llama.cpp's collection of real templates against jinja2's output. Templates
+//! come from model files, which we do not fully trust, so every failure is a
+//! typed [`TemplateError`] and rendering is bounded: minijinja fuel caps the
+//! executed instructions, the recursion limit is lowered, and the output size is
+//! capped.
+
+mod python;
 
 use std::collections::HashMap;
 use std::io;
 
 use candle_core::quantized::gguf_file;
-use minijinja::{Environment, ErrorKind};
+use minijinja::{Environment, ErrorKind, Value};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -42,7 +50,7 @@ pub const RENDER_FUEL: u64 = 2_000_000;
 pub const RECURSION_LIMIT: usize = 64;
 
 /// Fixed part of the output cap; the cap is this plus four times the bytes of the
-/// messages' roles and contents.
+/// messages' roles and contents and of the tools' JSON.
 pub const OUTPUT_CAP_BASE: usize = 1 << 20;
 
 const TEMPLATE_NAME: &str = "chat_template";
@@ -64,6 +72,20 @@ impl ChatMessage {
             content: content.into(),
         }
     }
+}
+
+/// What a render binds besides the messages.
+#[derive(Clone, Debug, Default)]
+pub struct RenderOptions {
+    /// End the text with the header of an assistant turn, ready for generation.
+    pub add_generation_prompt: bool,
+    /// The tool definitions (`tools`); `None` binds `tools` to none, as
+    /// transformers does when no tools are given.
+    pub tools: Option<serde_json::Value>,
+    /// More template variables, e.g. `enable_thinking`; unset ones stay undefined.
+    /// They cannot replace `messages`, `tools`, `add_generation_prompt`,
+    /// `bos_token`, `eos_token` or `strftime_now`.
+    pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
 /// Why a template could not be loaded or rendered.
@@ -108,6 +130,8 @@ pub struct ChatTemplate {
     bos_token: String,
     eos_token: String,
     is_fallback: bool,
+    /// The clock `strftime_now` reads: `None` for the local time of each render.
+    fixed_now: Option<chrono::NaiveDateTime>,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -116,6 +140,7 @@ impl std::fmt::Debug for ChatTemplate {
             .field("bos_token", &self.bos_token)
             .field("eos_token", &self.eos_token)
             .field("is_fallback", &self.is_fallback)
+            .field("fixed_now", &self.fixed_now)
             .field("source_len", &self.source.len())
             .finish_non_exhaustive()
     }
@@ -217,7 +242,13 @@ impl ChatTemplate {
         env.set_fuel(Some(RENDER_FUEL));
         env.set_recursion_limit(RECURSION_LIMIT);
         env.add_function("raise_exception", raise_exception);
-        env.add_template_owned(TEMPLATE_NAME, source.clone())
+        env.add_filter("tojson", python::tojson);
+        env.set_unknown_method_callback(python::unknown_method);
+        env.add_test("iterable", |v: &Value| python::is_iterable(v));
+        env.add_test("sequence", |v: &Value| python::is_sequence(v));
+        env.set_formatter(python::format_output);
+        let compiled = python::rewrite_generation_tags(&source).unwrap_or_else(|| source.clone());
+        env.add_template_owned(TEMPLATE_NAME, compiled)
             .map_err(|e| TemplateError::Syntax(describe(&e)))?;
         Ok(Self {
             env,
@@ -225,7 +256,15 @@ impl ChatTemplate {
             bos_token,
             eos_token,
             is_fallback,
+            fixed_now: None,
         })
+    }
+
+    /// The same template with `strftime_now` reading `now` instead of the local
+    /// clock, so renders that print the date are reproducible (tests).
+    pub fn with_fixed_now(mut self, now: chrono::NaiveDateTime) -> Self {
+        self.fixed_now = Some(now);
+        self
     }
 
     /// Renders the conversation. With `add_generation_prompt` the text ends with the
@@ -235,6 +274,21 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String, TemplateError> {
+        self.render_with(
+            messages,
+            &RenderOptions {
+                add_generation_prompt,
+                ..RenderOptions::default()
+            },
+        )
+    }
+
+    /// Renders the conversation with tools and extra variables.
+    pub fn render_with(
+        &self,
+        messages: &[ChatMessage],
+        options: &RenderOptions,
+    ) -> Result<String, TemplateError> {
         let tmpl = self
             .env
             .get_template(TEMPLATE_NAME)
@@ -242,17 +296,28 @@ impl ChatTemplate {
         let input_bytes: usize = messages
             .iter()
             .map(|m| m.role.len() + m.content.len())
-            .sum();
+            .sum::<usize>()
+            + options.tools.as_ref().map_or(0, |t| t.to_string().len());
         let mut out = CappedWriter {
             buf: Vec::new(),
             cap: OUTPUT_CAP_BASE.saturating_add(input_bytes.saturating_mul(4)),
             overflowed: false,
         };
+        let now = self
+            .fixed_now
+            .unwrap_or_else(|| chrono::Local::now().naive_local());
+        let tools = match &options.tools {
+            Some(t) => Value::from_serialize(t),
+            None => Value::from(()),
+        };
         let ctx = minijinja::context! {
             messages => messages,
-            add_generation_prompt => add_generation_prompt,
+            tools => tools,
+            add_generation_prompt => options.add_generation_prompt,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
+            strftime_now => Value::from_function(move |format: &str| python::strftime(&now, format)),
+            ..Value::from_serialize(&options.extra)
         };
         match tmpl.render_captured_to(ctx, &mut out) {
             Ok(_) => String::from_utf8(out.buf)

@@ -1,12 +1,14 @@
 //! Tests of the tokenizer, the chat template and the incremental detokenizer
 //! against the real SmolLM2 GGUF file, plus hostile-input tests on hand-made
-//! metadata. One test binary holds all three modules so the release profile links
-//! once.
+//! metadata, and llama.cpp's real chat templates against jinja2's renders. One
+//! test binary holds all the modules so the release profile links once.
 
 #[path = "tokenizer/chat_template.rs"]
 mod chat_template;
 #[path = "tokenizer/detokenize.rs"]
 mod detokenize;
+#[path = "tokenizer/llama_cpp_templates.rs"]
+mod llama_cpp_templates;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

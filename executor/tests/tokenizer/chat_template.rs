@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use candle_core::quantized::gguf_file::Value;
 use sha2::{Digest, Sha256};
-use stoker_executor::chat_template::{ChatMessage, ChatTemplate, TemplateError};
+use stoker_executor::chat_template::{ChatMessage, ChatTemplate, RenderOptions, TemplateError};
 
 use super::{metadata, tokenizer};
 
@@ -180,4 +180,130 @@ fn huge_output_is_capped() {
 fn runtime_type_errors_are_typed_render_errors() {
     let err = render_hostile("{{ messages + 1 }}").unwrap_err();
     assert!(matches!(err, TemplateError::Render(_)), "{err:?}");
+}
+
+#[test]
+fn unknown_methods_are_typed_render_errors() {
+    for source in [
+        "{{ 'x'.no_such_method() }}",
+        "{{ messages.append(1) }}",
+        "{{ messages[0].pop('role') }}",
+        "{{ (1).bit_length() }}",
+    ] {
+        let err = render_hostile(source).unwrap_err();
+        assert!(matches!(err, TemplateError::Render(_)), "{source}: {err:?}");
+    }
+}
+
+#[test]
+fn recursive_loop_ends_with_a_resource_limit_error() {
+    let err =
+        render_hostile("{% for x in [1] recursive %}{{ loop([x]) }}{% endfor %}").unwrap_err();
+    assert!(matches!(err, TemplateError::ResourceLimit(_)), "{err:?}");
+}
+
+fn render_one(source: &str, options: &RenderOptions) -> String {
+    ChatTemplate::new(source, "<s>", "</s>")
+        .unwrap()
+        .with_fixed_now(fixed_now())
+        .render_with(&[ChatMessage::new("user", "hi")], options)
+        .unwrap()
+}
+
+fn fixed_now() -> chrono::NaiveDateTime {
+    chrono::NaiveDate::from_ymd_opt(2024, 7, 26)
+        .unwrap()
+        .and_hms_opt(9, 5, 0)
+        .unwrap()
+}
+
+#[test]
+fn tojson_writes_like_python_json_dumps() {
+    let o = RenderOptions::default();
+    let value = "{'a': [1, 2.5, 'ü\"\\n', none, true], 'b': {}}";
+    assert_eq!(
+        render_one(&format!("{{{{ {value} | tojson }}}}"), &o),
+        r#"{"a": [1, 2.5, "ü\"\n", null, true], "b": {}}"#
+    );
+    assert_eq!(
+        render_one(
+            &format!("{{{{ {value} | tojson(ensure_ascii=True) }}}}"),
+            &o
+        ),
+        r#"{"a": [1, 2.5, "\u00fc\"\n", null, true], "b": {}}"#
+    );
+    assert_eq!(
+        render_one(&format!("{{{{ {value} | tojson(indent=2) }}}}"), &o),
+        "{\n  \"a\": [\n    1,\n    2.5,\n    \"ü\\\"\\n\",\n    null,\n    true\n  ],\n  \"b\": {}\n}"
+    );
+    assert_eq!(
+        render_one(
+            "{{ {'b': 1, 'a': 2} | tojson(separators=(',', ':'), sort_keys=true) }}",
+            &o
+        ),
+        r#"{"a":2,"b":1}"#
+    );
+    let err = ChatTemplate::new("{{ nothing | tojson }}", "", "")
+        .unwrap()
+        .render(&[], false)
+        .unwrap_err();
+    assert!(matches!(err, TemplateError::Render(_)), "{err:?}");
+}
+
+#[test]
+fn strftime_now_reads_the_injected_clock() {
+    let out = render_one(
+        "{{ strftime_now('%d %b %Y') }}|{{ strftime_now('%B %d, %Y') }}|{{ strftime_now('%Y-%m-%d') }}",
+        &RenderOptions::default(),
+    );
+    assert_eq!(out, "26 Jul 2024|July 26, 2024|2024-07-26");
+    let err = ChatTemplate::new("{{ strftime_now('%Q') }}", "", "")
+        .unwrap()
+        .render(&[], false)
+        .unwrap_err();
+    assert!(matches!(err, TemplateError::Render(_)), "{err:?}");
+}
+
+#[test]
+fn tools_are_none_when_absent_and_extra_variables_stay_undefined_unless_set() {
+    let source = "{{ tools is none }} {{ tools is defined }} {{ enable_thinking is defined }}\
+                  {% if tools %} {{ tools[0].name }}{% endif %}\
+                  {% if enable_thinking is defined %} {{ enable_thinking }}{% endif %}";
+    assert_eq!(
+        render_one(source, &RenderOptions::default()),
+        "True True False"
+    );
+    let mut options = RenderOptions {
+        tools: Some(serde_json::json!([{"name": "search"}])),
+        ..RenderOptions::default()
+    };
+    options
+        .extra
+        .insert("enable_thinking".into(), serde_json::Value::Bool(false));
+    assert_eq!(render_one(source, &options), "False True True search False");
+}
+
+#[test]
+fn python_string_and_dict_methods_work() {
+    let out = render_one(
+        "{{ '  a b  '.strip() }}|{{ 'a,b'.split(',') | join('+') }}|{{ 'xab'.lstrip('x') }}|\
+         {{ 'ab'.startswith('a') }}|{{ 'ab'.endswith(('x', 'b')) }}|{{ 'ab'.upper() }}|\
+         {{ 'a b'.title() }}|{{ 'abc'.replace('b', '') }}|\
+         {% for k, v in messages[0].items() %}{{ k }}={{ v }};{% endfor %}|\
+         {{ messages[0].get('missing', 'dflt') }}",
+        &RenderOptions::default(),
+    );
+    assert_eq!(
+        out,
+        "a b|a+b|ab|True|True|AB|A B|ac|role=user;content=hi;|dflt"
+    );
+}
+
+#[test]
+fn generation_tags_render_their_body() {
+    let out = render_one(
+        "{% for m in messages %}{%- generation -%} [{{ m.content }}] {%- endgeneration -%}{% endfor %}",
+        &RenderOptions::default(),
+    );
+    assert_eq!(out, "[hi]");
 }
