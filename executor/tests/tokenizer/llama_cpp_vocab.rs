@@ -14,8 +14,11 @@ use stoker_executor::tokenizer::{
     EncodeOptions, ModelTokenizer, TokenizerError, read_gguf_metadata,
 };
 
+/// Whether an error is the one a refused vocabulary must get.
+type ExpectedError = fn(&TokenizerError) -> bool;
+
 /// Vocabularies refused on purpose, why, and the error that says so.
-const REFUSED: &[(&str, &str, fn(&TokenizerError) -> bool)] = &[
+const REFUSED: &[(&str, &str, ExpectedError)] = &[
     (
         "bert-bge",
         "WordPiece (`bert`) is not a BPE family",
