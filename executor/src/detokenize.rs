@@ -1,8 +1,9 @@
 //! Incremental detokenization: turning a stream of generated token ids into text
 //! deltas as they arrive.
 //!
-//! This module owns the streaming side of decoding. Byte-level BPE can split one
-//! multi-byte character across several tokens, so decoding each token alone would
+//! This module owns the streaming side of decoding. Byte-level BPE and
+//! SentencePiece's `<0xXX>` byte fallback can split one multi-byte character
+//! across several tokens, so decoding each token alone would
 //! emit broken UTF-8 (U+FFFD) and decoding the whole sequence each step would cost
 //! O(n) per token. [`IncrementalDetokenizer`] uses the prefix/read-offset technique
 //! of vLLM and TGI: it decodes only a short window of recent tokens, emits the text
@@ -67,7 +68,8 @@ impl IncrementalDetokenizer {
             .or_else(|| new_text.get(prefix_text.len()..))
         else {
             // The window's text changed in a way that is not an extension (not
-            // possible with byte-level decoding); wait for more tokens or flush.
+            // possible with lossy UTF-8 decoding of concatenated bytes); wait for
+            // more tokens or flush.
             return Ok(None);
         };
         let delta = delta.to_owned();

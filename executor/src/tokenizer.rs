@@ -6,10 +6,22 @@
 //! original Hugging Face `tokenizer.json`), instead of relying on a generic GGUF
 //! converter: candle's `TokenizerFromGguf`, for instance, adds a prefix space,
 //! inserts spaces after special tokens and reads the wrong unknown-token key for
-//! SmolLM2. Only the byte-level BPE family (`tokenizer.ggml.model = "gpt2"`) with a
-//! pre-tokenizer whose rules are known here is accepted; anything else is a typed
-//! [`TokenizerError`], so a model we cannot tokenize faithfully is refused at load
-//! time rather than served with subtly wrong ids.
+//! SmolLM2. Three families are accepted, the ones llama.cpp's own vocabulary tests
+//! cover for the models people download:
+//!
+//! - byte-level BPE (`tokenizer.ggml.model = "gpt2"`: GPT-2, Llama 3, Qwen,
+//!   DeepSeek, StarCoder, SmolLM, ...), with the pre-tokenizer regexes llama.cpp
+//!   defines for each `tokenizer.ggml.pre` (a table, [`supported_pre_tokenizers`]);
+//! - SentencePiece BPE (`"llama"`: Llama 2, Mistral, Phi-3, ...), whose merges are
+//!   derived from `tokenizer.ggml.scores`, with `▁` for spaces, the optional space
+//!   prefix and `<0xXX>` byte fallback;
+//! - Gemma 4's BPE over `▁`-escaped text with byte fallback (`"gemma4"`).
+//!
+//! Control, unknown and user-defined tokens are matched verbatim in text before
+//! pre-tokenization, as llama.cpp's `parse_special` does. Anything else is a typed
+//! [`TokenizerError`] that names what is unsupported and lists what is, so a model
+//! we cannot tokenize faithfully is refused at load time rather than served with
+//! subtly wrong ids.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -17,15 +29,23 @@ use std::fs::File;
 use std::io::BufReader;
 use std::path::Path;
 
+use std::sync::{Arc, OnceLock};
+
 use candle_core::quantized::gguf_file;
 use sha2::{Digest, Sha256};
+use tokenizers::decoders::DecoderWrapper;
+use tokenizers::decoders::byte_fallback::ByteFallback;
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
+use tokenizers::decoders::fuse::Fuse;
+use tokenizers::decoders::sequence::Sequence as DecoderSequence;
+use tokenizers::decoders::strip::Strip;
 use tokenizers::models::bpe::{BPE, Merges, Vocab};
+use tokenizers::normalizers::{NormalizerWrapper, Prepend, Replace, Sequence as NormSequence};
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
-use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence;
-use tokenizers::{AddedToken, Tokenizer};
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer};
 
 /// GGUF key naming the tokenizer family.
 pub const KEY_MODEL: &str = "tokenizer.ggml.model";
@@ -48,7 +68,20 @@ pub const KEY_EOT: &str = "tokenizer.ggml.eot_token_id";
 pub const KEY_PAD: &str = "tokenizer.ggml.padding_token_id";
 /// GGUF key of the unknown token id.
 pub const KEY_UNK: &str = "tokenizer.ggml.unknown_token_id";
+/// GGUF key holding each token's SentencePiece score (higher merges first).
+pub const KEY_SCORES: &str = "tokenizer.ggml.scores";
+/// GGUF key: whether SentencePiece text gets a leading space (default true).
+pub const KEY_ADD_SPACE_PREFIX: &str = "tokenizer.ggml.add_space_prefix";
+/// GGUF key: whether a prompt starts with BOS when special tokens are added.
+pub const KEY_ADD_BOS: &str = "tokenizer.ggml.add_bos_token";
+/// GGUF key: whether a prompt ends with EOS when special tokens are added.
+pub const KEY_ADD_EOS: &str = "tokenizer.ggml.add_eos_token";
 
+/// SentencePiece's visible space, which stands for `' '` in SPM and Gemma tokens.
+const SPM_SPACE: &str = "\u{2581}";
+
+/// Token type of the unknown token (`<unk>`), matched in text like a control token.
+const TOKEN_TYPE_UNKNOWN: i64 = 2;
 /// Token type of a control token (`<|im_start|>`, `<|endoftext|>`, ...).
 const TOKEN_TYPE_CONTROL: i64 = 3;
 /// Token type of a user-defined token, matched verbatim in text like a control token.
@@ -90,12 +123,26 @@ pub enum TokenizerError {
         /// The array's length.
         found: usize,
     },
-    /// The tokenizer family is not byte-level BPE.
-    #[error("unsupported tokenizer model `{0}` (only `gpt2` byte-level BPE is supported)")]
+    /// The tokenizer family is not one built here.
+    #[error(
+        "unsupported tokenizer model `{0}` (supported: {models})",
+        models = quoted_list(SUPPORTED_MODELS)
+    )]
     UnsupportedModel(String),
     /// The pre-tokenizer is one whose rules are not implemented here.
-    #[error("unsupported pre-tokenizer `{0}` (supported: `smollm`, `gpt-2`)")]
+    #[error(
+        "unsupported pre-tokenizer `{0}` for byte-level BPE (supported: {pres})",
+        pres = quoted_list(&supported_pre_tokenizers())
+    )]
     UnsupportedPreTokenizer(String),
+    /// A SentencePiece score is not a finite number.
+    #[error("score of token {id} is {value}, not a finite number")]
+    BadScore {
+        /// The token id.
+        id: usize,
+        /// The score as read.
+        value: f64,
+    },
     /// A merge entry is not two tokens separated by one space.
     #[error("merge #{index} `{merge}` is not of the form `left right`")]
     MalformedMerge {
@@ -137,11 +184,63 @@ pub enum TokenizerError {
     Io(String),
 }
 
-/// The served model's tokenizer: a byte-level BPE [`Tokenizer`] assembled from
-/// GGUF metadata plus the facts about special tokens that generation needs.
+/// Which tokenizer family the GGUF file names, and how text becomes model input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenizerFamily {
+    /// Byte-level BPE (`tokenizer.ggml.model = "gpt2"`) with a regex pre-tokenizer.
+    ByteLevelBpe,
+    /// SentencePiece BPE over scores (`"llama"`), with `▁` and byte fallback.
+    SentencePiece,
+    /// Gemma 4's BPE over `▁`-escaped UTF-8 with byte fallback (`"gemma4"`).
+    Gemma4,
+}
+
+/// How [`ModelTokenizer::encode_with`] treats special tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EncodeOptions {
+    /// Add BOS (and EOS) as the model's metadata asks (`add_bos_token`,
+    /// `add_eos_token`); llama.cpp's `add_special`.
+    pub add_special: bool,
+    /// Match control and unknown tokens (`<|im_start|>`, `<s>`) spelled in the text;
+    /// llama.cpp's `parse_special`. User-defined tokens are matched either way.
+    pub parse_special: bool,
+}
+
+/// What each token of a `▁`-escaped vocabulary (SentencePiece, Gemma 4) decodes to.
+#[derive(Clone)]
+struct Pieces {
+    /// The token's bytes: `▁` as a space, `<0xXX>` as the byte.
+    bytes: Vec<Box<[u8]>>,
+    /// Left out when decoding with `skip_special` (control and unknown tokens).
+    skip: Vec<bool>,
+    /// Whether a leading space (the encoder's prefix) is removed.
+    strip_prefix_space: bool,
+}
+
+/// The bytes a `▁`-escaped token stands for.
+fn piece_bytes(token: &str) -> Box<[u8]> {
+    if let Some(hex) = token.strip_prefix("<0x").and_then(|t| t.strip_suffix('>'))
+        && hex.len() == 2
+        && let Ok(b) = u8::from_str_radix(hex, 16)
+    {
+        return Box::new([b]);
+    }
+    token
+        .replace(SPM_SPACE, " ")
+        .into_bytes()
+        .into_boxed_slice()
+}
+
+/// The served model's tokenizer: a [`Tokenizer`] assembled from GGUF metadata plus
+/// the facts about special tokens that generation needs.
 #[derive(Clone)]
 pub struct ModelTokenizer {
     inner: Tokenizer,
+    /// `inner` with control tokens left as text, built on first use.
+    plain: Arc<OnceLock<Tokenizer>>,
+    /// Decoding table of `▁`-escaped vocabularies; byte-level BPE uses `inner`.
+    pieces: Option<Arc<Pieces>>,
+    family: TokenizerFamily,
     vocab_size: usize,
     special: Vec<bool>,
     bos: Option<u32>,
@@ -149,6 +248,8 @@ pub struct ModelTokenizer {
     eot: Option<u32>,
     pad: Option<u32>,
     unk: Option<u32>,
+    add_bos: bool,
+    add_eos: bool,
     pre: String,
     sha256: String,
 }
@@ -156,6 +257,7 @@ pub struct ModelTokenizer {
 impl fmt::Debug for ModelTokenizer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ModelTokenizer")
+            .field("family", &self.family)
             .field("vocab_size", &self.vocab_size)
             .field("pre", &self.pre)
             .field("bos", &self.bos)
@@ -257,43 +359,178 @@ fn get_token_id(
     }
 }
 
+fn get_bool(md: &Metadata, key: &'static str) -> Result<Option<bool>, TokenizerError> {
+    match md.get(key) {
+        None => Ok(None),
+        Some(gguf_file::Value::Bool(b)) => Ok(Some(*b)),
+        Some(v) => Err(TokenizerError::WrongType {
+            key,
+            expected: "a boolean",
+            found: type_name(v),
+        }),
+    }
+}
+
+/// `["a", "b"]` as "`a`, `b`", for error messages.
+fn quoted_list(items: &[&str]) -> String {
+    items
+        .iter()
+        .map(|s| format!("`{s}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The per-token SentencePiece scores, as `f64` (GGUF stores `f32`, or `i32`).
+fn get_scores(md: &Metadata, vocab_size: usize) -> Result<Vec<f64>, TokenizerError> {
+    let items = get_array(md, KEY_SCORES)?.ok_or(TokenizerError::MissingKey(KEY_SCORES))?;
+    if items.len() != vocab_size {
+        return Err(TokenizerError::LengthMismatch {
+            key: KEY_SCORES,
+            expected: vocab_size,
+            found: items.len(),
+        });
+    }
+    items
+        .iter()
+        .enumerate()
+        .map(|(id, v)| {
+            let value = match v {
+                gguf_file::Value::F32(x) => f64::from(*x),
+                gguf_file::Value::F64(x) => *x,
+                other => as_integer(other).map(|x| x as f64).ok_or_else(|| {
+                    TokenizerError::WrongType {
+                        key: KEY_SCORES,
+                        expected: "an array of numbers",
+                        found: format!("an array holding {}", type_name(other)),
+                    }
+                })?,
+            };
+            if value.is_finite() {
+                Ok(value)
+            } else {
+                Err(TokenizerError::BadScore { id, value })
+            }
+        })
+        .collect()
+}
+
+/// Splits a GGUF merge `"left right"` the way llama.cpp does: at the first space
+/// after the first byte (so a left side may itself start with a space).
+fn parse_merge(index: usize, m: &str) -> Result<(String, String), TokenizerError> {
+    let malformed = || TokenizerError::MalformedMerge {
+        index,
+        merge: m.to_owned(),
+    };
+    let first_len = m.chars().next().ok_or_else(malformed)?.len_utf8();
+    let pos = m[first_len..].find(' ').ok_or_else(malformed)? + first_len;
+    let (a, b) = (&m[..pos], &m[pos + 1..]);
+    if b.is_empty() {
+        return Err(malformed());
+    }
+    Ok((a.to_owned(), b.to_owned()))
+}
+
+/// SentencePiece merges derived from scores, as Hugging Face's converter does and
+/// as llama.cpp's `llm_tokenizer_spm` behaves: every split of a token into two
+/// tokens is a merge, and merges producing a higher-scored token come first.
+/// Ties keep vocabulary order.
+fn merges_from_scores(tokens: &[&str], vocab: &Vocab, scores: &[f64]) -> Merges {
+    let mut ranked: Vec<(f64, usize, String, String)> = Vec::new();
+    for (id, tok) in tokens.iter().enumerate() {
+        let mut local: Vec<(u32, u32, String, String)> = Vec::new();
+        for (k, _) in tok.char_indices().skip(1) {
+            let (a, b) = tok.split_at(k);
+            if let (Some(&ia), Some(&ib)) = (vocab.get(a), vocab.get(b)) {
+                local.push((ia, ib, a.to_owned(), b.to_owned()));
+            }
+        }
+        local.sort_by_key(|&(ia, ib, _, _)| (ia, ib));
+        ranked.extend(local.into_iter().map(|(_, _, a, b)| (scores[id], id, a, b)));
+    }
+    // Stable: within one score, vocabulary order (then the split order above).
+    ranked.sort_by(|x, y| y.0.total_cmp(&x.0).then(x.1.cmp(&y.1)));
+    ranked.into_iter().map(|(_, _, a, b)| (a, b)).collect()
+}
+
+/// A sequence of isolating regex splits, optionally followed by the byte-level map.
+fn regex_pre_tokenizer(
+    regexes: &[&str],
+    byte_level: bool,
+) -> Result<PreTokenizerWrapper, TokenizerError> {
+    let mut steps: Vec<PreTokenizerWrapper> = regexes
+        .iter()
+        .map(|re| {
+            Split::new(
+                SplitPattern::Regex((*re).to_owned()),
+                SplitDelimiterBehavior::Isolated,
+                false,
+            )
+            .map(PreTokenizerWrapper::from)
+            .map_err(|e| TokenizerError::Build(format!("pre-tokenizer regex {re:?}: {e}")))
+        })
+        .collect::<Result<_, _>>()?;
+    if byte_level {
+        steps.push(ByteLevel::new(false, true, false).into());
+    }
+    Ok(Sequence::new(steps).into())
+}
+
+/// The decoder of `▁`-escaped, byte-fallback vocabularies.
+fn spm_decoder(strip_prefix_space: bool) -> Result<DecoderWrapper, TokenizerError> {
+    let replace = Replace::new(SPM_SPACE, " ").map_err(|e| TokenizerError::Build(e.to_string()))?;
+    let mut steps: Vec<DecoderWrapper> = vec![
+        replace.into(),
+        ByteFallback::new().into(),
+        Fuse::new().into(),
+    ];
+    if strip_prefix_space {
+        steps.push(Strip::new(' ', 1, 0).into());
+    }
+    Ok(DecoderSequence::new(steps).into())
+}
+
 impl ModelTokenizer {
     /// Builds the tokenizer from a GGUF file's metadata map.
     ///
-    /// Required keys: `tokenizer.ggml.model` (must be `gpt2`), `tokenizer.ggml.pre`
-    /// (`smollm` or `gpt-2`), `tokenizer.ggml.tokens`, `tokenizer.ggml.merges`,
-    /// `tokenizer.ggml.eos_token_id`. Optional: `tokenizer.ggml.token_type` (tokens of
-    /// type 3 or 4 become special tokens, matched verbatim in text), the BOS, EOT,
-    /// padding and unknown token ids. The BPE model has no unknown token: every
-    /// byte has a token in a byte-level vocabulary.
+    /// Required keys: `tokenizer.ggml.model` (one of [`SUPPORTED_MODELS`]),
+    /// `tokenizer.ggml.tokens`, `tokenizer.ggml.eos_token_id`; for `gpt2` also
+    /// `tokenizer.ggml.pre` (one of [`supported_pre_tokenizers`]) and
+    /// `tokenizer.ggml.merges`; for `llama` `tokenizer.ggml.scores`; for `gemma4`
+    /// the merges. Optional: `tokenizer.ggml.token_type` (tokens of type 2, 3 or 4
+    /// become special tokens, matched verbatim in text), the BOS, EOT, padding and
+    /// unknown token ids, `add_bos_token`, `add_eos_token` and (SentencePiece)
+    /// `add_space_prefix`, with llama.cpp's defaults.
     pub fn from_gguf_metadata(
         md: &HashMap<String, gguf_file::Value>,
     ) -> Result<Self, TokenizerError> {
         let model = get_string(md, KEY_MODEL)?.ok_or(TokenizerError::MissingKey(KEY_MODEL))?;
-        if model != "gpt2" {
-            return Err(TokenizerError::UnsupportedModel(model.to_owned()));
-        }
-        let pre = get_string(md, KEY_PRE)?.ok_or(TokenizerError::MissingKey(KEY_PRE))?;
-        // smollm: llama.cpp splits every numeric character on its own, then applies the
-        // GPT-2 regex; the original tokenizer.json says the same with Digits + ByteLevel.
-        let pre_tokenizer: PreTokenizerWrapper = match pre {
-            "smollm" => Sequence::new(vec![
-                Digits::new(true).into(),
-                ByteLevel::new(false, true, true).into(),
-            ])
-            .into(),
-            "gpt-2" => ByteLevel::new(false, true, true).into(),
-            other => return Err(TokenizerError::UnsupportedPreTokenizer(other.to_owned())),
+        let family = match model {
+            "gpt2" => TokenizerFamily::ByteLevelBpe,
+            "llama" => TokenizerFamily::SentencePiece,
+            "gemma4" => TokenizerFamily::Gemma4,
+            other => return Err(TokenizerError::UnsupportedModel(other.to_owned())),
+        };
+        let pre_key = get_string(md, KEY_PRE)?;
+        let (pre, rule) = match family {
+            TokenizerFamily::ByteLevelBpe => {
+                // llama.cpp falls back to a generic regex (and warns that quality
+                // degrades) when the key is absent; a missing key is refused here.
+                let pre = pre_key.ok_or(TokenizerError::MissingKey(KEY_PRE))?;
+                let rule = pre_tokenizer_rule(pre)
+                    .ok_or_else(|| TokenizerError::UnsupportedPreTokenizer(pre.to_owned()))?;
+                (pre.to_owned(), Some(rule))
+            }
+            // SentencePiece has no pre-tokenizer; llama.cpp ignores the key.
+            TokenizerFamily::SentencePiece => (pre_key.unwrap_or("default").to_owned(), None),
+            TokenizerFamily::Gemma4 => ("gemma4".to_owned(), None),
         };
 
         let tokens =
             get_string_array(md, KEY_TOKENS)?.ok_or(TokenizerError::MissingKey(KEY_TOKENS))?;
         let vocab_size = tokens.len();
-        let merges_raw =
-            get_string_array(md, KEY_MERGES)?.ok_or(TokenizerError::MissingKey(KEY_MERGES))?;
 
-        let special: Vec<bool> = match get_array(md, KEY_TOKEN_TYPE)? {
-            None => vec![false; vocab_size],
+        let types: Vec<i64> = match get_array(md, KEY_TOKEN_TYPE)? {
+            None => vec![1; vocab_size],
             Some(types) => {
                 if types.len() != vocab_size {
                     return Err(TokenizerError::LengthMismatch {
@@ -305,17 +542,21 @@ impl ModelTokenizer {
                 types
                     .iter()
                     .map(|v| {
-                        as_integer(v)
-                            .map(|t| t == TOKEN_TYPE_CONTROL || t == TOKEN_TYPE_USER_DEFINED)
-                            .ok_or_else(|| TokenizerError::WrongType {
-                                key: KEY_TOKEN_TYPE,
-                                expected: "an array of integers",
-                                found: format!("an array holding {}", type_name(v)),
-                            })
+                        as_integer(v).ok_or_else(|| TokenizerError::WrongType {
+                            key: KEY_TOKEN_TYPE,
+                            expected: "an array of integers",
+                            found: format!("an array holding {}", type_name(v)),
+                        })
                     })
                     .collect::<Result<_, _>>()?
             }
         };
+        let special: Vec<bool> = types
+            .iter()
+            .map(|&t| {
+                t == TOKEN_TYPE_UNKNOWN || t == TOKEN_TYPE_CONTROL || t == TOKEN_TYPE_USER_DEFINED
+            })
+            .collect();
 
         let eos =
             get_token_id(md, KEY_EOS, vocab_size)?.ok_or(TokenizerError::MissingKey(KEY_EOS))?;
@@ -323,6 +564,16 @@ impl ModelTokenizer {
         let eot = get_token_id(md, KEY_EOT, vocab_size)?;
         let pad = get_token_id(md, KEY_PAD, vocab_size)?;
         let unk = get_token_id(md, KEY_UNK, vocab_size)?;
+        // llama.cpp's defaults: SentencePiece and the Llama 3 / Tekken pre-tokenizers
+        // add BOS; Gemma 4 always does.
+        let default_add_bos = match family {
+            TokenizerFamily::SentencePiece | TokenizerFamily::Gemma4 => true,
+            TokenizerFamily::ByteLevelBpe => rule.is_some_and(|r| r.ignore_merges),
+        };
+        let add_bos = family == TokenizerFamily::Gemma4
+            || get_bool(md, KEY_ADD_BOS)?.unwrap_or(default_add_bos);
+        let add_eos = get_bool(md, KEY_ADD_EOS)?.unwrap_or(false);
+        let add_space_prefix = get_bool(md, KEY_ADD_SPACE_PREFIX)?.unwrap_or(true);
 
         let mut vocab = Vocab::default();
         vocab.reserve(vocab_size);
@@ -337,42 +588,99 @@ impl ModelTokenizer {
                 });
             }
         }
-        let merges: Merges = merges_raw
-            .iter()
-            .enumerate()
-            .map(|(index, m)| match m.split_once(' ') {
-                Some((a, b)) if !a.is_empty() && !b.is_empty() && !b.contains(' ') => {
-                    Ok((a.to_owned(), b.to_owned()))
-                }
-                _ => Err(TokenizerError::MalformedMerge {
-                    index,
-                    merge: (*m).to_owned(),
-                }),
-            })
-            .collect::<Result<_, _>>()?;
+        let merges: Merges = match family {
+            TokenizerFamily::SentencePiece => {
+                let scores = get_scores(md, vocab_size)?;
+                merges_from_scores(&tokens, &vocab, &scores)
+            }
+            TokenizerFamily::ByteLevelBpe | TokenizerFamily::Gemma4 => {
+                get_string_array(md, KEY_MERGES)?
+                    .ok_or(TokenizerError::MissingKey(KEY_MERGES))?
+                    .iter()
+                    .enumerate()
+                    .map(|(index, m)| parse_merge(index, m))
+                    .collect::<Result<_, _>>()?
+            }
+        };
 
-        let bpe = BPE::builder()
-            .vocab_and_merges(vocab, merges)
+        let mut builder = BPE::builder().vocab_and_merges(vocab, merges);
+        match family {
+            TokenizerFamily::ByteLevelBpe => {
+                builder = builder.ignore_merges(rule.is_some_and(|r| r.ignore_merges));
+            }
+            TokenizerFamily::SentencePiece | TokenizerFamily::Gemma4 => {
+                builder = builder.byte_fallback(true).fuse_unk(true);
+                if let Some(unk) = unk {
+                    builder = builder.unk_token(tokens[unk as usize].to_owned());
+                }
+            }
+        }
+        let bpe = builder
             .build()
             .map_err(|e| TokenizerError::Build(e.to_string()))?;
         let mut inner = Tokenizer::new(bpe);
-        inner.with_pre_tokenizer(Some(pre_tokenizer));
-        inner.with_decoder(Some(ByteLevelDecoder::new(false, true, true)));
-        let added: Vec<AddedToken> = tokens
-            .iter()
-            .zip(&special)
-            .filter(|&(_, &s)| s)
-            .map(|(t, _)| AddedToken::from((*t).to_owned(), true))
-            .collect();
-        inner.add_special_tokens(&added);
+        let build = |e: tokenizers::Error| TokenizerError::Build(e.to_string());
+        match family {
+            TokenizerFamily::ByteLevelBpe => {
+                let rule = rule.expect("byte-level BPE has a rule");
+                inner.with_pre_tokenizer(Some(regex_pre_tokenizer(rule.regexes, true)?));
+                inner.with_decoder(Some(ByteLevelDecoder::new(false, true, true)));
+            }
+            TokenizerFamily::SentencePiece => {
+                // llama.cpp prefixes a space to every text fragment that starts the
+                // text or follows a special token; the normalizer runs per fragment.
+                let replace: NormalizerWrapper =
+                    Replace::new(" ", SPM_SPACE).map_err(build)?.into();
+                let normalizer: NormalizerWrapper = if add_space_prefix {
+                    NormSequence::new(vec![Prepend::new(SPM_SPACE.to_owned()).into(), replace])
+                        .into()
+                } else {
+                    replace
+                };
+                inner.with_normalizer(Some(normalizer));
+                inner.with_decoder(Some(spm_decoder(add_space_prefix)?));
+            }
+            TokenizerFamily::Gemma4 => {
+                inner.with_normalizer(Some(Replace::new(" ", SPM_SPACE).map_err(build)?));
+                inner.with_pre_tokenizer(Some(regex_pre_tokenizer(&[r"[^\n]+|[\n]+"], false)?));
+                inner.with_decoder(Some(spm_decoder(false)?));
+            }
+        }
+        // Control and unknown tokens are special (skipped by `parse_special = false`
+        // and by decoding with `skip_special`); user-defined tokens are always matched
+        // and always rendered, as in llama.cpp.
+        let added = |kind: i64, special: bool| -> Vec<AddedToken> {
+            tokens
+                .iter()
+                .zip(&types)
+                .filter(|&(_, &t)| t == kind || (special && t == TOKEN_TYPE_UNKNOWN))
+                .map(|(t, _)| AddedToken::from((*t).to_owned(), special).normalized(false))
+                .collect()
+        };
+        inner.add_special_tokens(&added(TOKEN_TYPE_CONTROL, true));
+        inner.add_tokens(&added(TOKEN_TYPE_USER_DEFINED, false));
 
         let json = inner
             .to_string(false)
             .map_err(|e| TokenizerError::Build(format!("cannot serialize: {e}")))?;
         let sha256 = hex::encode(Sha256::digest(json.as_bytes()));
 
+        let pieces = (family != TokenizerFamily::ByteLevelBpe).then(|| {
+            Arc::new(Pieces {
+                bytes: tokens.iter().map(|t| piece_bytes(t)).collect(),
+                skip: types
+                    .iter()
+                    .map(|&t| t == TOKEN_TYPE_CONTROL || t == TOKEN_TYPE_UNKNOWN)
+                    .collect(),
+                strip_prefix_space: family == TokenizerFamily::SentencePiece && add_space_prefix,
+            })
+        });
+
         Ok(Self {
             inner,
+            plain: Arc::new(OnceLock::new()),
+            pieces,
+            family,
             vocab_size,
             special,
             bos,
@@ -380,7 +688,9 @@ impl ModelTokenizer {
             eot,
             pad,
             unk,
-            pre: pre.to_owned(),
+            add_bos,
+            add_eos,
+            pre,
             sha256,
         })
     }
@@ -392,13 +702,40 @@ impl ModelTokenizer {
     }
 
     /// Token ids of `text`. Special-token strings in the text (`<|im_start|>`) become
-    /// their single ids; no BOS is added.
+    /// their single ids; no BOS is added (chat templates spell it out).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
-        let enc = self
-            .inner
+        self.encode_with(
+            text,
+            EncodeOptions {
+                add_special: false,
+                parse_special: true,
+            },
+        )
+    }
+
+    /// Token ids of `text` under llama.cpp's `add_special` / `parse_special` rules.
+    pub fn encode_with(&self, text: &str, opts: EncodeOptions) -> Result<Vec<u32>, TokenizerError> {
+        let tok = if opts.parse_special {
+            &self.inner
+        } else {
+            self.plain.get_or_init(|| {
+                let mut plain = self.inner.clone();
+                plain.set_encode_special_tokens(true);
+                plain
+            })
+        };
+        let enc = tok
             .encode_fast(text, false)
             .map_err(|e| TokenizerError::Encode(e.to_string()))?;
-        Ok(enc.get_ids().to_vec())
+        let mut ids = Vec::with_capacity(enc.len() + 2);
+        if opts.add_special && self.add_bos {
+            ids.extend(self.bos);
+        }
+        ids.extend_from_slice(enc.get_ids());
+        if opts.add_special && self.add_eos {
+            ids.push(self.eos);
+        }
+        Ok(ids)
     }
 
     /// Text of `ids`; special tokens are left out when `skip_special` is set. Byte
@@ -411,9 +748,30 @@ impl ModelTokenizer {
                 vocab_size: self.vocab_size,
             });
         }
-        self.inner
-            .decode(ids, skip_special)
-            .map_err(|e| TokenizerError::Decode(e.to_string()))
+        let Some(pieces) = &self.pieces else {
+            return self
+                .inner
+                .decode(ids, skip_special)
+                .map_err(|e| TokenizerError::Decode(e.to_string()));
+        };
+        // `▁`-escaped vocabularies: concatenate the pieces' bytes and decode them
+        // lossily as a whole, as byte-level BPE does (and llama.cpp): a character
+        // split over `<0xXX>` tokens is whole, and a broken one is one U+FFFD. The
+        // `ByteFallback` decoder instead turns every byte of a run that is not valid
+        // UTF-8 as a whole into U+FFFD, losing the valid characters before it.
+        let mut bytes = Vec::new();
+        for &id in ids {
+            if skip_special && pieces.skip[id as usize] {
+                continue;
+            }
+            bytes.extend_from_slice(&pieces.bytes[id as usize]);
+        }
+        let text = String::from_utf8_lossy(&bytes);
+        let text = match text.strip_prefix(' ') {
+            Some(rest) if pieces.strip_prefix_space => rest,
+            _ => &text,
+        };
+        Ok(text.to_owned())
     }
 
     /// The end-of-sequence token id (`tokenizer.ggml.eos_token_id`).
@@ -437,7 +795,18 @@ impl ModelTokenizer {
         self.unk
     }
 
-    /// The GGUF pre-tokenizer name this tokenizer was built for.
+    /// Whether llama.cpp adds BOS to a prompt when special tokens are added.
+    pub fn add_bos_token(&self) -> bool {
+        self.add_bos
+    }
+
+    /// The tokenizer family the metadata names.
+    pub fn family(&self) -> TokenizerFamily {
+        self.family
+    }
+
+    /// The GGUF pre-tokenizer name this tokenizer was built for (`default` for
+    /// SentencePiece, which has none; `gemma4` for Gemma 4).
     pub fn pre_tokenizer_name(&self) -> &str {
         &self.pre
     }
@@ -468,18 +837,18 @@ impl ModelTokenizer {
         self.vocab_size
     }
 
-    /// Id of the token spelled exactly `token` (in the byte-level alphabet, so a
-    /// leading space is `Ġ`).
+    /// Id of the token spelled exactly `token` (in the vocabulary's alphabet: a
+    /// leading space is `Ġ` in byte-level BPE, `▁` in SentencePiece).
     pub fn token_to_id(&self, token: &str) -> Option<u32> {
         self.inner.token_to_id(token)
     }
 
-    /// The token string of `id`, in the byte-level alphabet.
+    /// The token string of `id`, in the vocabulary's alphabet.
     pub fn id_to_token(&self, id: u32) -> Option<String> {
         self.inner.id_to_token(id)
     }
 
-    /// Whether `id` is a special (control or user-defined) token. False for
+    /// Whether `id` is a special (unknown, control or user-defined) token. False for
     /// out-of-range ids.
     pub fn is_special(&self, id: u32) -> bool {
         self.special.get(id as usize).copied().unwrap_or(false)
@@ -508,3 +877,223 @@ pub fn read_gguf_metadata(
         .map_err(|e| TokenizerError::Io(format!("{}: {e}", path.display())))?;
     Ok(content.metadata)
 }
+
+// ---- The llama.cpp pre-tokenizer table. ----
+
+/// GPT-2's word-splitting regex (llama.cpp's spelling, without the redundant
+/// trailing `|\s+`: text a regex leaves unmatched is a piece of its own anyway).
+const RE_GPT2: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)";
+/// Llama 3's regex as its tokenizer.json writes it (llama.cpp spells the
+/// case-insensitive contractions out because its engine lacks `(?i:)`).
+const RE_LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Jais 2: Llama 3's regex with a cascade of whitespace-run lengths.
+const RE_JAIS2: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s{512}(?!\S)|\s{256}(?!\S)|\s{128}(?!\S)|\s{64}(?!\S)|\s{32}(?!\S)|\s{16}(?!\S)|\s{8}(?!\S)|\s{4}(?!\S)|\s{1,2}(?!\S)|\s{1}";
+/// Qwen 2: Llama 3's regex with single digits.
+const RE_QWEN2: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Qwen 3.5: Qwen 2's regex with combining marks kept inside words.
+const RE_QWEN35: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// ChatGLM 4 / GLM 4 (llama.cpp's spelling).
+const RE_CHATGLM4: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Poro, BLOOM, GPT-3 Finnish: everything up to a separator.
+const RE_PORO: &str = r" ?[^(\s|.,!?…。，、।۔،)]+";
+/// Tekken (Mistral Nemo), as its tokenizer.json writes it.
+const RE_TEKKEN: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// GPT-4o (o200k) and Llama 4, as their tokenizer.json writes it.
+const RE_GPT4O: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// DeepSeek V3's word regex (after digits and CJK runs are split off).
+const RE_DEEPSEEK3_WORDS: &str = r##"[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"##;
+
+/// How one `tokenizer.ggml.pre` value splits text before byte-level BPE: the
+/// regexes of llama.cpp's `llm_tokenizer_bpe` for that pre-tokenizer type, applied
+/// in order, each isolating its matches (and the text between them) as pieces.
+struct PreTokenizerRule {
+    /// The `tokenizer.ggml.pre` values llama.cpp maps to this rule.
+    names: &'static [&'static str],
+    /// The split regexes, in order.
+    regexes: &'static [&'static str],
+    /// llama.cpp's `ignore_merges`: a piece that is itself a token is emitted whole.
+    ignore_merges: bool,
+}
+
+/// llama.cpp's pre-tokenizer types for byte-level BPE (`src/llama-vocab.cpp`), by
+/// the `tokenizer.ggml.pre` names that select them. Where llama.cpp quotes the
+/// model's original tokenizer.json regex (it rewrites `(?i:...)` and `\p{Lu}`
+/// classes that its own engine lacks), the original is used here. Left out:
+/// types that need llama.cpp's hand-written splitters (`kimi-k2`, `afmoe`,
+/// `superbpe`), possessive quantifiers (`bailingmoe`), non-byte-level BPE
+/// (`whitespace`, `sarvam-moe`) and image tokens (`chameleon`).
+const BYTE_LEVEL_PRE_TOKENIZERS: &[PreTokenizerRule] = &[
+    PreTokenizerRule {
+        names: &["default"],
+        regexes: &[
+            r"[\p{P}\$\+<=>\^~\|]+",
+            RE_GPT2,
+            r"\p{N}+",
+            "[0-9][0-9][0-9]",
+        ],
+        ignore_merges: false,
+    },
+    PreTokenizerRule {
+        names: &[
+            "llama3",
+            "llama-v3",
+            "llama-bpe",
+            "falcon3",
+            "falcon-h1",
+            "pixtral",
+            "midm-2.0",
+            "lfm2",
+            "jina-v5-nano",
+        ],
+        regexes: &[RE_LLAMA3],
+        ignore_merges: true,
+    },
+    PreTokenizerRule {
+        names: &["dbrx", "smaug-bpe"],
+        regexes: &[RE_LLAMA3],
+        ignore_merges: false,
+    },
+    PreTokenizerRule {
+        names: &["jais-2"],
+        regexes: &[RE_JAIS2],
+        ignore_merges: false,
+    },
+    PreTokenizerRule {
+        names: &["deepseek-llm"],
+        regexes: &[
+            "[\r\n]",
+            // Unicode's cased letters (Lu, Ll, Lt), spelled as escapes: several of them
+            // (U+1FD3, U+2126, ...) would be changed by Unicode normalization of the
+            // source text, which turns the ranges they end into invalid ones.
+            concat!(
+                "\\s?[",
+                "A-Za-z\u{B5}\u{C0}-\u{D6}\u{D8}-\u{F6}\u{F8}-\u{1BA}\u{1BC}-\u{1BF}\u{1C4}-\u{293}\u{295}-\u{2AF}\u{370}-\u{373}\u{376}\u{377}\u{37B}-\u{37D}\u{37F}\u{386}\u{388}-\u{38A}\u{38C}\u{38E}-\u{3A1}\u{3A3}-\u{3F5}\u{3F7}-\u{481}\u{48A}-\u{52F}\u{531}-\u{556}\u{10A0}-\u{10C5}\u{13A0}-\u{13F5}\u{13F8}-\u{13FD}\u{1C90}-\u{1CBA}\u{1CBD}-\u{1CBF}\u{1D00}-\u{1D2B}\u{1D6B}-\u{1D77}\u{1D79}-\u{1D9A}\u{1E00}-\u{1F15}\u{1F18}-\u{1F1D}\u{1F20}-\u{1F45}\u{1F48}-\u{1F4D}\u{1F50}-\u{1F57}\u{1F59}\u{1F5B}\u{1F5D}\u{1F5F}-\u{1F7D}\u{1F80}-\u{1FB4}\u{1FB6}-\u{1FBC}\u{1FBE}\u{1FC2}-\u{1FC4}\u{1FC6}-\u{1FCC}\u{1FD0}-\u{1FD3}\u{1FD6}-\u{1FDB}\u{1FE0}-\u{1FEC}\u{1FF2}-\u{1FF4}\u{1FF6}-\u{1FFC}\u{2102}\u{2107}\u{210A}-\u{2113}\u{2115}\u{2119}-\u{211D}\u{2124}\u{2126}\u{2128}\u{212A}-\u{212D}\u{212F}-\u{2134}\u{2139}\u{213C}-\u{213F}\u{2145}-\u{2149}\u{214E}\u{2183}\u{2184}\u{2C00}-\u{2C7B}\u{2C7E}-\u{2CE4}\u{2CEB}-\u{2CEE}\u{2CF2}\u{2CF3}\u{A640}-\u{A66D}\u{A680}-\u{A69B}\u{A722}-\u{A76F}\u{A771}-\u{A787}\u{A78B}-\u{A78E}\u{AB70}-\u{ABBF}\u{FB00}-\u{FB06}\u{FB13}-\u{FB17}\u{FF21}-\u{FF3A}\u{FF41}-\u{FF5A}\u{10400}-\u{1044F}\u{104B0}-\u{104D3}\u{104D8}-\u{104FB}\u{10C80}-\u{10CB2}\u{10CC0}-\u{10CF2}\u{118A0}-\u{118DF}\u{1E900}-\u{1E943}",
+                "]+"
+            ),
+            r"\s?[!-/:-~！-／：-～‘-‟　-。]+",
+            r"\s+$",
+            "[一-龥ࠀ-一가-퟿]+",
+            r"\p{N}+",
+        ],
+        ignore_merges: false,
+    },
+    PreTokenizerRule {
+        names: &["deepseek-coder"],
+        regexes: &[
+            "[\r\n]",
+            r"\s?\p{L}+",
+            r"\s?\p{P}+",
+            "[一-龥ࠀ-一가-퟿]+",
+            r"\p{N}",
+        ],
+        ignore_merges: false,
+    },
+    PreTokenizerRule {
+        names: &["deepseek-v3", "hunyuan-dense", "joyai-llm", "hy_v4"],
+        regexes: &[r"\p{N}{1,3}", "[一-龥぀-ゟ゠-ヿ]+", RE_DEEPSEEK3_WORDS],
+        ignore_merges: false,
+    },
+    PreTokenizerRule {
+        names: &["falcon"],
+        regexes: &[r"[\p{P}\$\+<=>\^~\|`]+", RE_GPT2, "[0-9][0-9][0-9]"],
+        ignore_merges: false,
+    },
+    PreTokenizerRule {
+        names: &[
+            "starcoder",
+            "refact",
+            "command-r",
+            "smollm",
+            "codeshell",
+            "exaone",
+            "minerva-7b",
+            "mellum2",
+        ],
+        regexes: &[r"\p{N}", RE_GPT2],
+        ignore_merges: false,
+    },
+    PreTokenizerRule {
+        names: &[
+            "gpt-2",
+            "phi-2",
+            "jina-es",
+            "jina-de",
+            "gigachat",
+            "jina-v2-es",
+            "jina-v2-de",
+            "a.x-4.0",
+            "mellum",
+            "modern-bert",
+            "mpt",
+            "olmo",
+            "jais",
+            "trillion",
+            "granite-docling",
+            "exaone4",
+        ],
+        regexes: &[RE_GPT2],
+        ignore_merges: false,
+    },
+    PreTokenizerRule {
+        names: &[
+            "qwen2",
+            "deepseek-r1-qwen",
+            "kormo",
+            "f2llmv2",
+            "megrez",
+            "stablelm2",
+            "hunyuan",
+            "solar-open",
+        ],
+        regexes: &[RE_QWEN2],
+        ignore_merges: false,
+    },
+    PreTokenizerRule {
+        names: &["qwen35"],
+        regexes: &[RE_QWEN35],
+        ignore_merges: false,
+    },
+    PreTokenizerRule {
+        names: &["poro-chat", "bloom", "gpt3-finnish"],
+        regexes: &[RE_PORO],
+        ignore_merges: false,
+    },
+    PreTokenizerRule {
+        names: &["glm4", "chatglm-bpe"],
+        regexes: &[RE_CHATGLM4],
+        ignore_merges: false,
+    },
+    PreTokenizerRule {
+        names: &["viking"],
+        regexes: &[RE_PORO, r"\p{N}"],
+        ignore_merges: false,
+    },
+    PreTokenizerRule {
+        names: &["tekken"],
+        regexes: &[RE_TEKKEN],
+        ignore_merges: true,
+    },
+    PreTokenizerRule {
+        names: &["gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"],
+        regexes: &[RE_GPT4O],
+        ignore_merges: false,
+    },
+];
+
+/// The rule for a `tokenizer.ggml.pre` value, if it is in the table.
+fn pre_tokenizer_rule(name: &str) -> Option<&'static PreTokenizerRule> {
+    BYTE_LEVEL_PRE_TOKENIZERS
+        .iter()
+        .find(|r| r.names.contains(&name))
+}
+
+/// Every `tokenizer.ggml.pre` value accepted for byte-level BPE, in table order.
+pub fn supported_pre_tokenizers() -> Vec<&'static str> {
+    BYTE_LEVEL_PRE_TOKENIZERS
+        .iter()
+        .flat_map(|r| r.names.iter().copied())
+        .collect()
+}
+
+/// Every `tokenizer.ggml.model` value accepted, with the family it selects.
+pub const SUPPORTED_MODELS: &[&str] = &["gpt2", "llama", "gemma4"];

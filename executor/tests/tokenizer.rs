@@ -9,13 +9,18 @@ mod chat_template;
 mod detokenize;
 #[path = "tokenizer/llama_cpp_templates.rs"]
 mod llama_cpp_templates;
+#[path = "tokenizer/llama_cpp_vocab.rs"]
+mod llama_cpp_vocab;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use candle_core::quantized::gguf_file::Value;
-use stoker_executor::tokenizer::{ModelTokenizer, TokenizerError, read_gguf_metadata};
+use stoker_executor::tokenizer::{
+    EncodeOptions, ModelTokenizer, TokenizerError, TokenizerFamily, read_gguf_metadata,
+    supported_pre_tokenizers,
+};
 
 /// The model file: `$STOKER_MODEL`, else the repository's `models/` copy.
 pub fn model_path() -> PathBuf {
@@ -351,8 +356,14 @@ fn token_type_length_mismatch_is_a_typed_error() {
 #[test]
 fn unknown_tokenizer_model_is_a_typed_error() {
     let mut md = tiny_metadata();
-    md.insert("tokenizer.ggml.model".into(), Value::String("llama".into()));
-    assert!(matches!(build_err(&md), TokenizerError::UnsupportedModel(m) if m == "llama"));
+    md.insert("tokenizer.ggml.model".into(), Value::String("bert".into()));
+    let err = build_err(&md);
+    assert!(matches!(&err, TokenizerError::UnsupportedModel(m) if m == "bert"));
+    let msg = err.to_string();
+    assert!(
+        msg.contains("`bert`") && msg.contains("`gpt2`, `llama`, `gemma4`"),
+        "the message names the model and lists the supported ones: {msg}"
+    );
     md.insert("tokenizer.ggml.model".into(), Value::U8(1));
     assert!(matches!(build_err(&md), TokenizerError::WrongType { .. }));
 }
@@ -360,8 +371,19 @@ fn unknown_tokenizer_model_is_a_typed_error() {
 #[test]
 fn unknown_pre_tokenizer_is_a_typed_error() {
     let mut md = tiny_metadata();
-    md.insert("tokenizer.ggml.pre".into(), Value::String("qwen2".into()));
-    assert!(matches!(build_err(&md), TokenizerError::UnsupportedPreTokenizer(p) if p == "qwen2"));
+    md.insert("tokenizer.ggml.pre".into(), Value::String("kimi-k2".into()));
+    let err = build_err(&md);
+    assert!(matches!(&err, TokenizerError::UnsupportedPreTokenizer(p) if p == "kimi-k2"));
+    let msg = err.to_string();
+    for name in [
+        "`kimi-k2`",
+        "`llama-bpe`",
+        "`qwen2`",
+        "`deepseek-llm`",
+        "`smollm`",
+    ] {
+        assert!(msg.contains(name), "{name} missing from: {msg}");
+    }
     md.remove("tokenizer.ggml.pre");
     assert!(matches!(build_err(&md), TokenizerError::MissingKey(_)));
 }
@@ -408,4 +430,154 @@ fn duplicate_tokens_are_a_typed_error() {
 fn a_missing_model_file_is_an_io_error() {
     let err = ModelTokenizer::from_gguf_file("no/such/model.gguf").unwrap_err();
     assert!(matches!(err, TokenizerError::Io(_)), "{err:?}");
+}
+
+#[test]
+fn every_pre_tokenizer_of_the_table_builds() {
+    for pre in supported_pre_tokenizers() {
+        let mut md = tiny_metadata();
+        md.insert("tokenizer.ggml.pre".into(), Value::String(pre.into()));
+        let tok = ModelTokenizer::from_gguf_metadata(&md)
+            .unwrap_or_else(|e| panic!("pre-tokenizer {pre}: {e}"));
+        assert_eq!(tok.pre_tokenizer_name(), pre);
+        assert_eq!(tok.encode("ab").unwrap(), vec![3], "pre-tokenizer {pre}");
+    }
+}
+
+#[test]
+fn control_tokens_stay_text_unless_special_tokens_are_parsed() {
+    let tok = ModelTokenizer::from_gguf_metadata(&tiny_metadata()).unwrap();
+    let plain = EncodeOptions {
+        add_special: false,
+        parse_special: false,
+    };
+    assert_eq!(tok.encode("a<eos>").unwrap(), vec![1, 0]);
+    assert!(!tok.encode_with("a<eos>", plain).unwrap().contains(&0));
+}
+
+// ---- SentencePiece, on a tiny hand-made vocabulary. ----
+
+/// `<unk> <s> </s> <0x0A> <0xE2> <0x82> <0xAC> ▁ a b ▁a ab ▁ab`, scores making
+/// `▁a` merge before `ab`, and `▁ab` last.
+fn tiny_spm_metadata() -> HashMap<String, Value> {
+    let tokens = [
+        "<unk>", "<s>", "</s>", "<0x0A>", "<0xE2>", "<0x82>", "<0xAC>", "▁", "a", "b", "▁a", "ab",
+        "▁ab",
+    ];
+    let types = [2, 3, 3, 6, 6, 6, 6, 1, 1, 1, 1, 1, 1];
+    let scores = [
+        0.0f32, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0, -2.0, -3.0, -4.0, -5.0, -6.0,
+    ];
+    let mut md = HashMap::new();
+    md.insert("tokenizer.ggml.model".into(), Value::String("llama".into()));
+    md.insert("tokenizer.ggml.tokens".into(), strings(&tokens));
+    md.insert(
+        "tokenizer.ggml.token_type".into(),
+        Value::Array(types.iter().map(|&t| Value::I32(t)).collect()),
+    );
+    md.insert(
+        "tokenizer.ggml.scores".into(),
+        Value::Array(scores.iter().map(|&s| Value::F32(s)).collect()),
+    );
+    md.insert("tokenizer.ggml.bos_token_id".into(), Value::U32(1));
+    md.insert("tokenizer.ggml.eos_token_id".into(), Value::U32(2));
+    md.insert("tokenizer.ggml.unknown_token_id".into(), Value::U32(0));
+    md
+}
+
+#[test]
+fn tiny_sentencepiece_vocabulary_merges_by_score_with_byte_fallback() {
+    let tok = ModelTokenizer::from_gguf_metadata(&tiny_spm_metadata()).unwrap();
+    assert_eq!(tok.family(), TokenizerFamily::SentencePiece);
+    // "ab" -> "▁ab": ▁+a (score of ▁a, -4) merges before a+b (-5), then ▁a+b.
+    assert_eq!(tok.encode("ab").unwrap(), vec![12]);
+    assert_eq!(tok.encode("ab a").unwrap(), vec![12, 10]);
+    // No token for "\n" or "€": their bytes.
+    assert_eq!(tok.encode("a\n€").unwrap(), vec![10, 3, 4, 5, 6]);
+    assert_eq!(tok.decode(&[10, 3, 4, 5, 6], false).unwrap(), "a\n€");
+    // The prefix space is stripped again when decoding.
+    assert_eq!(
+        tok.decode(&tok.encode("ab a").unwrap(), false).unwrap(),
+        "ab a"
+    );
+    // A prefix space also follows a special token, as in llama.cpp.
+    assert_eq!(tok.encode("<s>ab").unwrap(), vec![1, 12]);
+    // BOS is added with special tokens: SentencePiece's default.
+    assert!(tok.add_bos_token());
+    let with_bos = EncodeOptions {
+        add_special: true,
+        parse_special: false,
+    };
+    assert_eq!(tok.encode_with("ab", with_bos).unwrap(), vec![1, 12]);
+
+    let mut md = tiny_spm_metadata();
+    md.insert("tokenizer.ggml.add_space_prefix".into(), Value::Bool(false));
+    md.insert("tokenizer.ggml.add_bos_token".into(), Value::Bool(false));
+    let tok = ModelTokenizer::from_gguf_metadata(&md).unwrap();
+    assert_eq!(tok.encode("ab").unwrap(), vec![11]);
+    assert_eq!(tok.encode_with("ab", with_bos).unwrap(), vec![11]);
+}
+
+#[test]
+fn sentencepiece_without_scores_is_a_missing_key_error() {
+    let mut md = tiny_spm_metadata();
+    md.remove("tokenizer.ggml.scores");
+    assert!(matches!(
+        build_err(&md),
+        TokenizerError::MissingKey("tokenizer.ggml.scores")
+    ));
+}
+
+#[test]
+fn bad_sentencepiece_scores_are_typed_errors() {
+    let mut md = tiny_spm_metadata();
+    md.insert(
+        "tokenizer.ggml.scores".into(),
+        Value::Array(vec![Value::F32(0.0); 3]),
+    );
+    assert!(matches!(
+        build_err(&md),
+        TokenizerError::LengthMismatch {
+            key: "tokenizer.ggml.scores",
+            expected: 13,
+            found: 3
+        }
+    ));
+    md.insert("tokenizer.ggml.scores".into(), strings(&["x"; 13]));
+    assert!(matches!(build_err(&md), TokenizerError::WrongType { .. }));
+    md.insert("tokenizer.ggml.scores".into(), Value::F32(1.0));
+    assert!(matches!(build_err(&md), TokenizerError::WrongType { .. }));
+    let mut nan = vec![Value::F32(0.0); 13];
+    nan[4] = Value::F32(f32::NAN);
+    md.insert("tokenizer.ggml.scores".into(), Value::Array(nan));
+    assert!(matches!(
+        build_err(&md),
+        TokenizerError::BadScore { id: 4, .. }
+    ));
+    let mut md = tiny_spm_metadata();
+    md.insert(
+        "tokenizer.ggml.add_space_prefix".into(),
+        Value::String("yes".into()),
+    );
+    assert!(matches!(build_err(&md), TokenizerError::WrongType { .. }));
+}
+
+#[test]
+fn byte_level_bpe_without_merges_or_with_a_missing_pre_is_refused() {
+    let mut md = tiny_metadata();
+    md.remove("tokenizer.ggml.merges");
+    assert!(matches!(
+        build_err(&md),
+        TokenizerError::MissingKey("tokenizer.ggml.merges")
+    ));
+    let mut md = tiny_metadata();
+    md.insert(
+        "tokenizer.ggml.model".into(),
+        Value::String("gemma4".into()),
+    );
+    md.remove("tokenizer.ggml.merges");
+    assert!(matches!(
+        build_err(&md),
+        TokenizerError::MissingKey("tokenizer.ggml.merges")
+    ));
 }

@@ -4,6 +4,7 @@
 use stoker_executor::detokenize::IncrementalDetokenizer;
 use stoker_executor::tokenizer::{ModelTokenizer, TokenizerError};
 
+use super::llama_cpp_vocab::llama_spm;
 use super::{byte_level_char, single_byte_token, tokenizer};
 
 /// SplitMix64: a tiny seeded generator, so failures replay exactly.
@@ -133,4 +134,71 @@ fn pushing_an_out_of_range_id_is_a_typed_error() {
         "{err:?}"
     );
     assert!(detok.ids().is_empty(), "a refused id is not recorded");
+}
+
+// ---- SentencePiece: `▁` spaces, a stripped prefix space and `<0xXX>` bytes. ----
+
+/// The id of SentencePiece's byte-fallback token `<0xXX>`.
+fn spm_byte(tok: &ModelTokenizer, byte: u8) -> u32 {
+    tok.token_to_id(&format!("<0x{byte:02X}>"))
+        .unwrap_or_else(|| panic!("no byte token for {byte:#04x}"))
+}
+
+#[test]
+fn sentencepiece_text_streams_like_its_full_decode() {
+    let tok = llama_spm();
+    for text in super::ROUND_TRIP_TEXTS {
+        let ids = tok.encode(text).unwrap();
+        let full = tok.decode(&ids, false).unwrap();
+        assert_eq!(full, *text, "ids {ids:?}");
+        let (deltas, max_pending) = stream(tok, &ids, false);
+        assert_eq!(deltas.concat(), full);
+        assert!(deltas.iter().all(|d| !d.contains('\u{FFFD}')), "{deltas:?}");
+        assert!(max_pending <= 3, "pending window grew to {max_pending}");
+    }
+}
+
+#[test]
+fn sentencepiece_byte_fallback_is_held_back_until_the_character_completes() {
+    let tok = llama_spm();
+    let hello = tok.encode("Hello").unwrap();
+    assert_eq!(hello.len(), 1);
+    let mut detok = IncrementalDetokenizer::new(false);
+    assert_eq!(detok.push(tok, hello[0]).unwrap().as_deref(), Some("Hello"));
+    let space = tok.token_to_id("▁").unwrap();
+    assert_eq!(detok.push(tok, space).unwrap().as_deref(), Some(" "));
+    for (i, &b) in "😀".as_bytes().iter().enumerate() {
+        let delta = detok.push(tok, spm_byte(tok, b)).unwrap();
+        assert_eq!(delta.as_deref(), (i == 3).then_some("😀"), "byte {i}");
+    }
+    assert_eq!(detok.push(tok, spm_byte(tok, 0xE2)).unwrap(), None);
+    assert_eq!(detok.flush(tok).unwrap().as_deref(), Some("\u{FFFD}"));
+}
+
+#[test]
+fn sentencepiece_random_sequences_concatenate_to_the_full_decode() {
+    let tok = llama_spm();
+    let vocab = tok.vocab_size() as u64;
+    let emoji = tok.encode("😀👍🏽 你好 Привет").unwrap();
+    let mut rng = SplitMix(0x5EED_5EED_0F5B);
+    for case in 0..300 {
+        let len = rng.below(40) as usize;
+        let ids: Vec<u32> = (0..len)
+            .map(|_| match rng.below(10) {
+                0..=3 => spm_byte(tok, 0x80 + rng.below(0x80) as u8),
+                4 => rng.below(3) as u32, // <unk> <s> </s>
+                5 => emoji[rng.below(emoji.len() as u64) as usize],
+                _ => rng.below(vocab) as u32,
+            })
+            .collect();
+        for skip_special in [false, true] {
+            let (deltas, _) = stream(tok, &ids, skip_special);
+            let full = tok.decode(&ids, skip_special).unwrap();
+            assert_eq!(
+                deltas.concat(),
+                full,
+                "case {case}, skip {skip_special}, ids {ids:?}"
+            );
+        }
+    }
 }
