@@ -13,6 +13,7 @@ pub mod ids;
 pub mod kernels;
 pub mod kv;
 pub mod model;
+pub mod quantize;
 pub mod request;
 pub mod sampling;
 pub mod scheduler;

@@ -175,7 +175,7 @@ pub(crate) fn unpack32(ty: BlockType, b: &[u8], out: &mut Unpacked32) {
 /// The 6-bit scale and min of sub-block `j` (0..8) of a Q4_K/Q5_K block (ggml's
 /// `get_scale_min_k4`).
 #[inline(always)]
-fn scale_min_k4(j: usize, s: &[u8]) -> (u8, u8) {
+pub(crate) fn scale_min_k4(j: usize, s: &[u8]) -> (u8, u8) {
     if j < 4 {
         (s[j] & 63, s[j + 4] & 63)
     } else {

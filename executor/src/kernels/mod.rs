@@ -42,7 +42,7 @@
 pub mod dispatch;
 
 mod blocked;
-mod blocks;
+pub(crate) mod blocks;
 mod blocks_avx2;
 mod dense;
 mod q4_1;
@@ -177,7 +177,7 @@ pub const SUPPORTED_TENSOR_TYPES: &[&str] = &[
 impl QDtype {
     /// Bytes of storage for `n` values (`n` a multiple of the block size for quantized
     /// types), or `None` on overflow.
-    fn bytes_for(self, n: usize) -> Option<usize> {
+    pub(crate) fn bytes_for(self, n: usize) -> Option<usize> {
         match self {
             QDtype::F32 => n.checked_mul(4),
             QDtype::F16 | QDtype::BF16 => n.checked_mul(2),
