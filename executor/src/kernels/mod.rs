@@ -42,7 +42,7 @@
 pub mod dispatch;
 
 mod blocked;
-pub(crate) mod blocks;
+mod blocks;
 mod blocks_avx2;
 mod dense;
 mod q4_1;
@@ -60,6 +60,8 @@ use rayon::prelude::*;
 
 pub use blocked::PackedBlocks;
 pub use blocks::BlockType;
+/// For the quantizers (`crate::quantize`), which write the layouts this module reads.
+pub(crate) use blocks::{QK_K, scale_min_k4};
 pub use dispatch::{KernelPath, kernel_path};
 pub use q4_1::PackedQ4_1;
 pub use q8_0::PackedQ8_0;

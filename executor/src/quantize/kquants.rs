@@ -26,7 +26,7 @@
 //! NaN or ±inf produce the same deterministic bytes ggml writes and never a panic.
 
 use super::float::{fp16_to_fp32, fp32_to_fp16, nearest_int};
-use crate::kernels::blocks::{QK_K, scale_min_k4};
+use crate::kernels::{QK_K, scale_min_k4};
 
 /// Sub-blocks whose largest magnitude is below this are all zero (ggml's
 /// `GROUP_MAX_EPS`).
@@ -308,12 +308,12 @@ pub(super) fn q2_k(x: &[f32], out: &mut Vec<u8>) {
         rest[64..66].copy_from_slice(&d.to_le_bytes());
         rest[66..68].copy_from_slice(&dmin.to_le_bytes());
         let (d, dmin) = (fp16_to_fp32(d), fp16_to_fp32(dmin));
-        for j in 0..16 {
-            let ds = d * (sc[j] & 0x0f) as f32;
+        for (j, &s) in sc.iter().enumerate() {
+            let ds = d * (s & 0x0f) as f32;
             if ds == 0.0 {
                 continue;
             }
-            let dm = dmin * (sc[j] >> 4) as f32;
+            let dm = dmin * (s >> 4) as f32;
             for i in 16 * j..16 * j + 16 {
                 // (x + dm)/d
                 l[i] = nearest_int((x[i] + dm) / ds).clamp(0, 3) as u8;
@@ -532,8 +532,8 @@ pub(super) fn q6_k(x: &[f32], out: &mut Vec<u8>) {
             *s = nearest_int(iscale * f).min(127) as i8;
         }
         let df = fp16_to_fp32(d);
-        for j in 0..16 {
-            let ds = df * sc[j] as f32;
+        for (j, &s) in sc.iter().enumerate() {
+            let ds = df * s as f32;
             if ds == 0.0 {
                 continue;
             }
