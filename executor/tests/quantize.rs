@@ -12,8 +12,8 @@
 //! * typed errors on bad lengths and unknown types, and no panic on NaN or ±inf, with
 //!   the bytes ggml writes for them.
 //!
-//! The K-quants, which gguf-py cannot quantize, are checked against llama-quantize's
-//! own output in `quantize_llama_cpp.rs`.
+//! Whole-model requantization against `llama-quantize`'s tensor hashes is in
+//! `quantize_llama_cpp.rs`.
 
 use std::collections::BTreeMap;
 
