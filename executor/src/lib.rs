@@ -14,6 +14,7 @@ pub mod inspect;
 pub mod kernels;
 pub mod kv;
 pub mod model;
+pub mod quantize;
 pub mod request;
 pub mod sampling;
 pub mod scheduler;

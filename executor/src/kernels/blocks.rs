@@ -153,20 +153,20 @@ pub(crate) fn unpack32(ty: BlockType, b: &[u8], out: &mut Unpacked32) {
     match ty {
         BlockType::Q4_0 => {
             let qs = &b[2..18];
-            for j in 0..16 {
-                out.q[j] = qs[j] & 0x0f;
-                out.q[j + 16] = qs[j] >> 4;
+            for (j, &q) in qs.iter().enumerate() {
+                out.q[j] = q & 0x0f;
+                out.q[j + 16] = q >> 4;
             }
         }
         _ => {
             let hdr = if ty == BlockType::Q5_0 { 2 } else { 4 };
             let qh = u32::from_le_bytes([b[hdr], b[hdr + 1], b[hdr + 2], b[hdr + 3]]);
             let qs = &b[hdr + 4..hdr + 20];
-            for j in 0..16 {
+            for (j, &q) in qs.iter().enumerate() {
                 let h0 = ((qh >> j) & 1) as u8;
                 let h1 = ((qh >> (j + 16)) & 1) as u8;
-                out.q[j] = (qs[j] & 0x0f) | (h0 << 4);
-                out.q[j + 16] = (qs[j] >> 4) | (h1 << 4);
+                out.q[j] = (q & 0x0f) | (h0 << 4);
+                out.q[j + 16] = (q >> 4) | (h1 << 4);
             }
         }
     }
@@ -175,7 +175,7 @@ pub(crate) fn unpack32(ty: BlockType, b: &[u8], out: &mut Unpacked32) {
 /// The 6-bit scale and min of sub-block `j` (0..8) of a Q4_K/Q5_K block (ggml's
 /// `get_scale_min_k4`).
 #[inline(always)]
-fn scale_min_k4(j: usize, s: &[u8]) -> (u8, u8) {
+pub(crate) fn scale_min_k4(j: usize, s: &[u8]) -> (u8, u8) {
     if j < 4 {
         (s[j] & 63, s[j + 4] & 63)
     } else {
@@ -193,9 +193,9 @@ pub(crate) fn unpack_k_scales(ty: BlockType, b: &[u8], out: &mut UnpackedK) {
         BlockType::Q2K => {
             out.d = f16_at(b, 80);
             out.dmin = f16_at(b, 82);
-            for s in 0..16 {
-                out.scales[s] = (b[s] & 0x0f) as i16;
-                out.mins[s] = (b[s] >> 4) as i16;
+            for (s, &sc) in b[..16].iter().enumerate() {
+                out.scales[s] = (sc & 0x0f) as i16;
+                out.mins[s] = (sc >> 4) as i16;
             }
         }
         BlockType::Q3K => {
@@ -249,8 +249,8 @@ pub(crate) fn unpack_k(ty: BlockType, b: &[u8], out: &mut UnpackedK) {
                 let q = &qs[32 * half..32 * half + 32];
                 for j in 0..4 {
                     let base = 128 * half + 32 * j;
-                    for l in 0..32 {
-                        out.q[base + l] = (q[l] >> (2 * j)) & 3;
+                    for (o, &q) in out.q[base..base + 32].iter_mut().zip(q) {
+                        *o = (q >> (2 * j)) & 3;
                     }
                 }
             }

@@ -60,6 +60,8 @@ use rayon::prelude::*;
 
 pub use blocked::PackedBlocks;
 pub use blocks::BlockType;
+/// For the quantizers (`crate::quantize`), which write the layouts this module reads.
+pub(crate) use blocks::{QK_K, scale_min_k4};
 pub use dispatch::{KernelPath, kernel_path};
 pub use q4_1::PackedQ4_1;
 pub use q8_0::PackedQ8_0;
@@ -177,7 +179,7 @@ pub const SUPPORTED_TENSOR_TYPES: &[&str] = &[
 impl QDtype {
     /// Bytes of storage for `n` values (`n` a multiple of the block size for quantized
     /// types), or `None` on overflow.
-    fn bytes_for(self, n: usize) -> Option<usize> {
+    pub(crate) fn bytes_for(self, n: usize) -> Option<usize> {
         match self {
             QDtype::F32 => n.checked_mul(4),
             QDtype::F16 | QDtype::BF16 => n.checked_mul(2),
