@@ -149,6 +149,7 @@ std::string ids_json(const std::vector<llama_token> & ids) {
 llama_model * load_model(const std::string & path) {
     llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
+    mp.progress_callback = [](float, void *) { return true; };  // no progress dots
     llama_model * m = llama_model_load_from_file(path.c_str(), mp);
     if (!m) die("cannot load " + path);
     return m;
