@@ -167,9 +167,19 @@ def main() -> None:
             **k,
         }
 
+    # Indented, but one line per tensor.
+    rows = {}
+    for ty, entry in manifest["files"].items():
+        key = f"@tensors-{ty}@"
+        rows[json.dumps(key)] = "[\n" + ",\n".join(
+            "    " + json.dumps(t, separators=(",", ":")) for t in entry["tensors"]
+        ) + "\n   ]"
+        entry["tensors"] = key
+    text = json.dumps(manifest, indent=1)
+    for key, value in rows.items():
+        text = text.replace(key, value)
     with open(out_dir / "manifest.json", "w") as f:
-        json.dump(manifest, f, indent=1)
-        f.write("\n")
+        f.write(text + "\n")
 
 
 if __name__ == "__main__":
