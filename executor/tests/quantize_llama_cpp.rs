@@ -20,6 +20,9 @@
 //! The manifest and the model are both required: a missing one fails the test with the
 //! command that makes it.
 
+#[path = "llama_cpp/parity.rs"]
+mod parity;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -43,10 +46,13 @@ fn model_path() -> PathBuf {
 }
 
 /// A tensor of the source file: its type, its data bytes and `ne[0]` (values per row).
-struct Source {
-    dtype: QDtype,
-    bytes: Vec<u8>,
-    cols: usize,
+pub struct Source {
+    pub dtype: QDtype,
+    pub ggml: candle_core::quantized::GgmlDType,
+    /// candle's order (rows first).
+    pub shape: Vec<usize>,
+    pub bytes: Vec<u8>,
+    pub cols: usize,
 }
 
 impl Source {
@@ -63,22 +69,25 @@ impl Source {
     }
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
+pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-#[test]
-fn requantized_tensors_match_llama_quantize() {
+/// The parity manifest (fails with the command that makes it when missing).
+pub fn manifest() -> serde_json::Value {
     let mpath = manifest_path();
     let Ok(text) = std::fs::read_to_string(&mpath) else {
         panic!(
             "missing {}: it is made by scripts/make_parity_fixtures.sh (after \
-             scripts/build-llama-cpp.sh builds llama.cpp); without it the K-quants are \
-             only checked against the compiled-quantizer vectors in quantize.rs",
+             scripts/build-llama-cpp.sh builds llama.cpp)",
             mpath.display()
         );
     };
-    let manifest: serde_json::Value = serde_json::from_str(&text).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// Every tensor of the source model, with the file's metadata.
+pub fn load_sources() -> (BTreeMap<String, Source>, gguf_file::Content) {
     let model = model_path();
     let mut file = std::fs::File::open(&model).unwrap_or_else(|e| {
         panic!(
@@ -95,11 +104,31 @@ fn requantized_tensors_match_llama_quantize() {
             name.clone(),
             Source {
                 dtype: QDtype::try_from(qt.dtype()).unwrap(),
+                ggml: qt.dtype(),
+                shape: dims.to_vec(),
                 bytes: qt.data().unwrap().into_owned(),
                 cols: *dims.last().unwrap(),
             },
         );
     }
+    (sources, content)
+}
+
+/// The bytes llama-quantize writes for `src` as type `ty_name` (`None` for a type
+/// stoker does not write): the source bytes when the type is unchanged, else the
+/// dequantized values quantized again.
+pub fn requantize(src: &Source, ty_name: &str) -> Option<Result<Vec<u8>, String>> {
+    match parse_type(ty_name) {
+        Err(_) => None,
+        Ok(ty) if ty == src.dtype => Some(Ok(src.bytes.clone())),
+        Ok(ty) => Some(quantize_row(ty, &src.dequantize()).map_err(|e| e.to_string())),
+    }
+}
+
+#[test]
+fn requantized_tensors_match_llama_quantize() {
+    let manifest = manifest();
+    let (sources, _) = load_sources();
 
     let files = manifest["files"].as_object().expect("manifest.files");
     let source_key = manifest["source"]
@@ -126,13 +155,10 @@ fn requantized_tensors_match_llama_quantize() {
                     // The source itself: our reading of its bytes.
                     sha256_hex(&src.bytes)
                 } else {
-                    match parse_type(&ty_name) {
-                        Err(_) => return (name, ty_name, Ok(false)),
-                        Ok(ty) if ty == src.dtype => sha256_hex(&src.bytes),
-                        Ok(ty) => match quantize_row(ty, &src.dequantize()) {
-                            Ok(bytes) => sha256_hex(&bytes),
-                            Err(e) => return (name, ty_name, Err(e.to_string())),
-                        },
+                    match requantize(src, &ty_name) {
+                        None => return (name, ty_name, Ok(false)),
+                        Some(Ok(bytes)) => sha256_hex(&bytes),
+                        Some(Err(e)) => return (name, ty_name, Err(e)),
                     }
                 };
                 if ours == want {
