@@ -17,7 +17,7 @@ use std::time::Instant;
 use stoker_executor::ids::{BLOCK_SIZE, BlockId};
 use stoker_executor::model::attention::{RowKv, attend_one};
 use stoker_executor::model::row_order::RowOrder;
-use stoker_executor::model::{KvStorage, LlamaConfig};
+use stoker_executor::model::{KvStorage, ModelConfig};
 
 const HEADS: usize = 9;
 const KV_HEADS: usize = 3;
@@ -37,20 +37,8 @@ impl Rng {
     }
 }
 
-fn config() -> LlamaConfig {
-    LlamaConfig {
-        architecture: "llama".into(),
-        n_layers: 1,
-        hidden: HEADS * DIM,
-        ffn: 1536,
-        n_heads: HEADS,
-        n_kv_heads: KV_HEADS,
-        head_dim: DIM,
-        vocab_size: 16,
-        context_length: 8192,
-        rope_base: 10000.0,
-        rms_eps: 1e-5,
-    }
+fn config() -> ModelConfig {
+    ModelConfig::llama(1, HEADS, KV_HEADS, DIM, 1536, 8192)
 }
 
 /// One sequence's cache in both layouts.

@@ -20,7 +20,10 @@ pub enum ModelError {
     NotGguf(String),
     #[error("truncated GGUF file: {0}")]
     Truncated(String),
-    #[error("unsupported model architecture `{0}` (supported: llama)")]
+    #[error(
+        "unsupported model architecture `{0}` (supported: {supported})",
+        supported = crate::model::config::SUPPORTED_ARCHITECTURES.join(", ")
+    )]
     UnsupportedArchitecture(String),
     #[error("missing metadata key `{0}`")]
     MissingMetadata(String),

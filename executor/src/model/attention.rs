@@ -53,6 +53,34 @@ thread_local! {
     static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
+/// How one row's scores are formed and which positions it sees.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Scoring {
+    /// Multiplies `q·k`.
+    pub scale: f32,
+    /// `cap * tanh(s / cap)` on each scaled score (Gemma 2).
+    pub softcap: Option<f32>,
+    /// Only the last `window` positions (the row's own included) are
+    /// attended to; earlier ones are masked out (sliding-window layers).
+    pub window: Option<usize>,
+}
+
+impl Scoring {
+    pub fn plain(scale: f32) -> Scoring {
+        Scoring {
+            scale,
+            softcap: None,
+            window: None,
+        }
+    }
+
+    /// The first position a row at `pos` attends to.
+    #[inline(always)]
+    fn first(&self, pos: usize) -> usize {
+        self.window.map_or(0, |w| (pos + 1).saturating_sub(w))
+    }
+}
+
 /// Computes `softmax(q·Kᵀ·scale)·V` over positions `0..=pos` into `out`.
 pub fn attend_one(
     q: &[f32],
@@ -60,6 +88,20 @@ pub fn attend_one(
     pos: usize,
     order: RowOrder,
     scale: f32,
+    out: &mut [f32],
+) {
+    attend_one_with(q, src, pos, order, Scoring::plain(scale), out)
+}
+
+/// [`attend_one`] with soft-capping and a sliding window: masked positions
+/// get a score of `-inf`, so they add exact zeros to the softmax sum and
+/// `p·V`, and the summation order of the rest is unchanged.
+pub fn attend_one_with(
+    q: &[f32],
+    src: RowKv<'_>,
+    pos: usize,
+    order: RowOrder,
+    scale: Scoring,
     out: &mut [f32],
 ) {
     SCORES.with_borrow_mut(|scores| {
@@ -83,7 +125,7 @@ unsafe fn attend_avx2(
     src: RowKv<'_>,
     pos: usize,
     order: RowOrder,
-    scale: f32,
+    scale: Scoring,
     scores: &mut [f32],
     out: &mut [f32],
 ) {
@@ -96,18 +138,29 @@ fn attend(
     src: RowKv<'_>,
     pos: usize,
     order: RowOrder,
-    scale: f32,
+    scale: Scoring,
     scores: &mut [f32],
     out: &mut [f32],
 ) {
     let d = q.len();
+    let visible = scale.first(pos);
     for (first, slots, base) in src.blocks(pos) {
+        if first + slots <= visible {
+            scores[first..first + slots].fill(f32::NEG_INFINITY);
+            continue;
+        }
         let kt = &src.k_cache[base..base + d * BLOCK_SIZE];
         let s = block_scores(q, kt, order.dot);
         for (dst, &v) in scores[first..first + slots].iter_mut().zip(&s) {
-            *dst = v * scale;
+            *dst = v * scale.scale;
+        }
+        if let Some(cap) = scale.softcap {
+            for dst in &mut scores[first..first + slots] {
+                *dst = (*dst / cap).tanh() * cap;
+            }
         }
     }
+    scores[..visible].fill(f32::NEG_INFINITY);
 
     let mut max = scores[0];
     for &s in &scores[1..] {
@@ -135,6 +188,9 @@ fn attend(
     }
     out.fill(0.0);
     for (first, slots, base) in src.blocks(pos) {
+        if first + slots <= visible {
+            continue;
+        }
         for (x, &p) in scores[first..first + slots].iter().enumerate() {
             let v = &src.v_cache[base + x * d..base + (x + 1) * d];
             for (o, &vv) in out.iter_mut().zip(v) {

@@ -6,13 +6,23 @@
 //! row. Every row's arithmetic depends only on its own token, position and KV
 //! history, so the result for a sequence is identical whatever shares the step
 //! (the batch-invariance test holds us to that, bit for bit).
+//!
+//! The architecture's features ([`ModelConfig`](crate::model::ModelConfig))
+//! switch steps on or off: q/k/v biases, per-head q/k RMSNorm before rope,
+//! the rope style and partial rotary, post-attention and post-feed-forward
+//! norms, SwiGLU or GeGLU, embedding scaling, attention and final-logit
+//! soft-capping, and sliding-window layers. A sliding-window layer masks the
+//! positions older than its window; the KV blocks behind the window are not
+//! reclaimed early (every layer keeps the whole history in the paged cache,
+//! as full-attention layers need it anyway).
 
 use rayon::prelude::*;
 
 use crate::ids::{BLOCK_SIZE, BlockId};
 use crate::kernels::{self, QMatrix};
 use crate::model::Model;
-use crate::model::attention::{RowKv, attend_one};
+use crate::model::attention::{RowKv, Scoring, attend_one_with};
+use crate::model::config::Activation;
 use crate::model::kv_storage::KvStorage;
 use crate::model::row_order::RowOrder;
 
@@ -42,6 +52,7 @@ pub struct Workspace {
     tmp: Vec<f32>,
     gu: Vec<f32>,
     act: Vec<f32>,
+    part: Vec<f32>,
     rows: Vec<RowInfo>,
 }
 
@@ -128,10 +139,11 @@ impl Model {
             return Ok(Vec::new());
         }
         let qkv_w = cfg.qkv_width();
+        let qw = cfg.q_width();
         resize(&mut ws.x, t * h);
         resize(&mut ws.h, t * h);
         resize(&mut ws.qkv, t * qkv_w);
-        resize(&mut ws.attn, t * h);
+        resize(&mut ws.attn, t * qw);
         resize(&mut ws.tmp, t * h);
         resize(&mut ws.gu, t * 2 * cfg.ffn);
         resize(&mut ws.act, t * cfg.ffn);
@@ -140,26 +152,57 @@ impl Model {
         let mut r = 0;
         for ch in chunks {
             for &tok in ch.tokens {
+                let x = &mut ws.x[r * h..(r + 1) * h];
                 self.weights
                     .embed
-                    .row_f32_into(tok as usize, &mut ws.x[r * h..(r + 1) * h])
+                    .row_f32_into(tok as usize, x)
                     .map_err(|e| ForwardError::Kernel(e.to_string()))?;
+                if let Some(s) = cfg.embed_scale {
+                    x.iter_mut().for_each(|v| *v *= s);
+                }
                 r += 1;
             }
         }
 
-        let scale = 1.0 / (d as f32).sqrt();
         let rows = &ws.rows;
         for (li, layer) in self.weights.layers.iter().enumerate() {
+            let sliding = cfg.is_sliding(li);
+            let rope = match (&self.rope_local, sliding) {
+                (Some(local), true) => local,
+                _ => &self.rope,
+            };
+            let scoring = Scoring {
+                scale: cfg.attn_scale,
+                softcap: cfg.attn_softcap,
+                window: if sliding { cfg.sliding_window } else { None },
+            };
             rms_norm_rows(&ws.x, &layer.attn_norm, cfg.rms_eps, &mut ws.h, h);
-            mm(&layer.qkv, &ws.h, t, &mut ws.qkv)?;
+            layer
+                .qkv
+                .matmul(&ws.h, t, &mut ws.qkv, &mut ws.part)
+                .map_err(|e| ForwardError::Kernel(e.to_string()))?;
 
-            // Rope on q and k, then write k and v into the paged cache.
+            // Bias, q/k norms and rope on q and k, then write k and v into
+            // the paged cache.
             for (ri, row) in rows.iter().enumerate() {
                 let base = ri * qkv_w;
                 let qkv_row = &mut ws.qkv[base..base + qkv_w];
+                if let Some(b) = &layer.qkv_bias {
+                    add_in_place(qkv_row, b);
+                }
                 for hd in 0..nh + nkv {
-                    self.rope.apply(&mut qkv_row[hd * d..(hd + 1) * d], row.pos);
+                    let x = &mut qkv_row[hd * d..(hd + 1) * d];
+                    let norm = if hd < nh {
+                        &layer.q_norm
+                    } else {
+                        &layer.k_norm
+                    };
+                    if let Some(w) = norm {
+                        let mut y = [0f32; MAX_HEAD_DIM];
+                        rms_norm(x, w, cfg.rms_eps, &mut y[..d]);
+                        x.copy_from_slice(&y[..d]);
+                    }
+                    rope.apply(x, row.pos);
                 }
                 let ch = &chunks[row.chunk];
                 let block = ch.block_table[row.pos / BLOCK_SIZE];
@@ -192,25 +235,43 @@ impl Model {
                             block_table: ch.block_table,
                             kv_head: head / group,
                         };
-                        attend_one(q, src, row.pos, row.order, scale, out);
+                        attend_one_with(q, src, row.pos, row.order, scoring, out);
                     });
             }
 
             mm(&layer.wo, &ws.attn, t, &mut ws.tmp)?;
+            if let Some(w) = &layer.post_attn_norm {
+                rms_norm_rows_in_place(&mut ws.tmp, w, cfg.rms_eps, h);
+            }
             add_in_place(&mut ws.x, &ws.tmp);
 
             rms_norm_rows(&ws.x, &layer.ffn_norm, cfg.rms_eps, &mut ws.h, h);
-            mm(&layer.gate_up, &ws.h, t, &mut ws.gu)?;
+            layer
+                .gate_up
+                .matmul(&ws.h, t, &mut ws.gu, &mut ws.part)
+                .map_err(|e| ForwardError::Kernel(e.to_string()))?;
             let f = cfg.ffn;
             for ri in 0..t {
                 let gu = &ws.gu[ri * 2 * f..(ri + 1) * 2 * f];
                 let act = &mut ws.act[ri * f..(ri + 1) * f];
-                for j in 0..f {
-                    let g = gu[j];
-                    act[j] = (g / ((-g).exp() + 1.0)) * gu[f + j];
+                match cfg.activation {
+                    Activation::Silu => {
+                        for j in 0..f {
+                            let g = gu[j];
+                            act[j] = (g / ((-g).exp() + 1.0)) * gu[f + j];
+                        }
+                    }
+                    Activation::GeluTanh => {
+                        for j in 0..f {
+                            act[j] = gelu_tanh(gu[j]) * gu[f + j];
+                        }
+                    }
                 }
             }
             mm(&layer.down, &ws.act, t, &mut ws.tmp)?;
+            if let Some(w) = &layer.post_ffn_norm {
+                rms_norm_rows_in_place(&mut ws.tmp, w, cfg.rms_eps, h);
+            }
             add_in_place(&mut ws.x, &ws.tmp);
         }
 
@@ -239,6 +300,11 @@ impl Model {
         let head = self.weights.lm_head();
         let mut logits = vec![0f32; n * head.rows()];
         mm(head, &last, n, &mut logits)?;
+        if let Some(cap) = cfg.final_softcap {
+            for l in &mut logits {
+                *l = (*l / cap).tanh() * cap;
+            }
+        }
         Ok(logits.chunks(head.rows()).map(|c| c.to_vec()).collect())
     }
 }
@@ -261,6 +327,23 @@ fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
         *o = xv / m * wv;
     }
 }
+
+fn rms_norm_rows_in_place(x: &mut [f32], w: &[f32], eps: f32, h: usize) {
+    let mut y = vec![0f32; h];
+    for xr in x.chunks_mut(h) {
+        rms_norm(xr, w, eps, &mut y);
+        xr.copy_from_slice(&y);
+    }
+}
+
+/// GELU, tanh approximation, as candle's `gelu` computes it.
+fn gelu_tanh(x: f32) -> f32 {
+    const SQRT_TWO_OVER_PI: f32 = 0.797_884_6;
+    0.5 * x * (1.0 + (SQRT_TWO_OVER_PI * x * (1.0 + 0.044715 * x * x)).tanh())
+}
+
+/// Largest head dimension the per-head norms handle without allocating.
+pub const MAX_HEAD_DIM: usize = 512;
 
 fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32], h: usize) {
     for (xr, or) in x.chunks(h).zip(out.chunks_mut(h)) {

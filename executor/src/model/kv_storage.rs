@@ -9,7 +9,7 @@
 //! allocated zeroed, so the OS maps pages lazily as blocks are first written.
 
 use crate::ids::{BLOCK_SIZE, BlockId};
-use crate::model::config::LlamaConfig;
+use crate::model::config::ModelConfig;
 
 pub struct KvStorage {
     layers: Vec<(Vec<f32>, Vec<f32>)>,
@@ -28,7 +28,7 @@ impl std::fmt::Debug for KvStorage {
 }
 
 impl KvStorage {
-    pub fn new(cfg: &LlamaConfig, num_blocks: usize) -> Self {
+    pub fn new(cfg: &ModelConfig, num_blocks: usize) -> Self {
         let per_layer = num_blocks * cfg.n_kv_heads * BLOCK_SIZE * cfg.head_dim;
         KvStorage {
             layers: (0..cfg.n_layers)
@@ -41,7 +41,7 @@ impl KvStorage {
     }
 
     /// How many blocks fit in `budget_bytes`, keeping `headroom` (0..1) unplanned.
-    pub fn blocks_for_budget(cfg: &LlamaConfig, budget_bytes: usize, headroom: f32) -> usize {
+    pub fn blocks_for_budget(cfg: &ModelConfig, budget_bytes: usize, headroom: f32) -> usize {
         let usable = (budget_bytes as f64 * (1.0 - headroom.clamp(0.0, 0.99) as f64)) as usize;
         usable / (BLOCK_SIZE * cfg.kv_bytes_per_token())
     }

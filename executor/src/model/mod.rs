@@ -19,7 +19,7 @@ use crate::chat_template::ChatTemplate;
 use crate::error::ModelError;
 use crate::tokenizer::ModelTokenizer;
 
-pub use config::LlamaConfig;
+pub use config::{Arch, ModelConfig, SUPPORTED_ARCHITECTURES};
 pub use forward::{ForwardChunk, Workspace};
 pub use kv_storage::KvStorage;
 pub use weights::WeightMode;
@@ -51,9 +51,12 @@ pub struct ModelIdentity {
 }
 
 pub struct Model {
-    pub config: LlamaConfig,
+    pub config: ModelConfig,
     pub weights: weights::ModelWeights,
+    /// Rope of full-attention layers.
     pub rope: rope::Rope,
+    /// Rope of sliding-window layers when it differs (Gemma 3).
+    pub rope_local: Option<rope::Rope>,
     pub identity: ModelIdentity,
     pub tokenizer: ModelTokenizer,
     pub chat_template: ChatTemplate,
@@ -74,14 +77,31 @@ impl Model {
             return Err(ModelError::DeviceUnavailable(format!("cuda:{i}")));
         }
         let mut art = loader::GgufArtifact::open(path)?;
-        let mut config = LlamaConfig::from_metadata(art.metadata())?;
+        let mut config = ModelConfig::from_metadata(art.metadata())?;
         let tokenizer = ModelTokenizer::from_gguf_metadata(art.metadata())
             .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
         let chat_template = ChatTemplate::from_gguf_metadata(art.metadata(), &tokenizer)
             .map_err(|e| ModelError::Template(e.to_string()))?;
         let weights = weights::ModelWeights::load(&mut art, &config, opts.weights)?;
         config.vocab_size = weights.embed.rows();
-        let rope = rope::Rope::new(config.head_dim, config.rope_base, config.context_length);
+        let rope = rope::Rope::with(
+            config.rope_dim,
+            config.rope_base,
+            config.context_length,
+            config.rope_style,
+            config.rope_freq_scale,
+            weights.rope_freqs.as_deref(),
+        );
+        let rope_local = config.rope_local.map(|p| {
+            rope::Rope::with(
+                config.rope_dim,
+                p.base,
+                config.context_length,
+                config.rope_style,
+                p.freq_scale,
+                None,
+            )
+        });
         let name = art
             .metadata()
             .get("general.name")
@@ -108,6 +128,7 @@ impl Model {
             config,
             weights,
             rope,
+            rope_local,
             identity,
             tokenizer,
             chat_template,

@@ -14,26 +14,14 @@ use candle_core::{DType, Device, Tensor};
 use stoker_executor::ids::{BLOCK_SIZE, BlockId};
 use stoker_executor::model::attention::{RowKv, attend_one};
 use stoker_executor::model::row_order::RowOrder;
-use stoker_executor::model::{KvStorage, LlamaConfig};
+use stoker_executor::model::{KvStorage, ModelConfig};
 
 const HEADS: usize = 9;
 const KV_HEADS: usize = 3;
 const DIM: usize = 64;
 
-fn config() -> LlamaConfig {
-    LlamaConfig {
-        architecture: "llama".into(),
-        n_layers: 1,
-        hidden: HEADS * DIM,
-        ffn: 1536,
-        n_heads: HEADS,
-        n_kv_heads: KV_HEADS,
-        head_dim: DIM,
-        vocab_size: 16,
-        context_length: 4096,
-        rope_base: 10000.0,
-        rms_eps: 1e-5,
-    }
+fn config() -> ModelConfig {
+    ModelConfig::llama(1, HEADS, KV_HEADS, DIM, 1536, 4096)
 }
 
 struct Rng(u64);
