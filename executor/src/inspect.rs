@@ -16,7 +16,7 @@ use serde::Serialize;
 use crate::chat_template::ChatTemplate;
 use crate::error::ModelError;
 use crate::kernels::{QDtype, SUPPORTED_TENSOR_TYPES};
-use crate::model::LlamaConfig;
+use crate::model::ModelConfig;
 use crate::model::loader::GgufArtifact;
 use crate::tokenizer::{KEY_MODEL, KEY_PRE, KEY_TOKENS, ModelTokenizer};
 
@@ -139,7 +139,7 @@ pub fn inspect(path: &Path) -> Result<Inspection, ModelError> {
     }
 
     let architecture = string(md, "general.architecture");
-    if let Err(e) = LlamaConfig::from_metadata(md) {
+    if let Err(e) = ModelConfig::from_metadata(md) {
         problems.push(e.to_string());
     }
     let context_length = architecture

@@ -112,9 +112,16 @@ impl Model {
                     .map(|s| s.to_string_lossy().into_owned())
                     .unwrap_or_default()
             });
-        let precision = match opts.weights {
-            WeightMode::Native => format!("{:?}", weights.layers[0].qkv.dtype()).to_lowercase(),
-            WeightMode::DequantizedF32 => "f32".to_string(),
+        // llama.cpp's name of the file's type (`q4_k_m`), else the qkv weights' type.
+        let file_type = art
+            .metadata()
+            .get("general.file_type")
+            .and_then(|v| v.to_u32().ok())
+            .and_then(crate::inspect::file_type_name);
+        let precision = match (opts.weights, file_type) {
+            (WeightMode::DequantizedF32, _) => "f32".to_string(),
+            (WeightMode::Native, Some(name)) => name.to_lowercase(),
+            (WeightMode::Native, None) => weights.layers[0].qkv.dtype().name().to_lowercase(),
         };
         let identity = ModelIdentity {
             sha256: art.sha256.clone(),
