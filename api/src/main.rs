@@ -33,6 +33,9 @@ enum Command {
     Executor(ExecutorArgs),
     /// Print the OpenAPI document (what schemas/openapi.json holds).
     Openapi,
+    /// Describe a GGUF file (architecture, size, tensor types, tokenizer, chat
+    /// template) and whether stoker can serve it; exits 1 when it cannot.
+    Inspect(InspectArgs),
     /// Operate a running server: deployments, revisions, rollouts, executors, audit.
     Admin(stoker_api::admin_cli::AdminArgs),
     /// Submit and follow OpenAI batch jobs on a running server
@@ -61,6 +64,15 @@ struct ServeArgs {
     /// Seconds in-flight requests may run after SIGTERM.
     #[arg(long)]
     shutdown_timeout: Option<u64>,
+}
+
+#[derive(clap::Args, Debug)]
+struct InspectArgs {
+    /// The GGUF model file.
+    file: PathBuf,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -98,6 +110,7 @@ fn main() -> ExitCode {
             print!("{}", stoker_api::openapi::document());
             ExitCode::SUCCESS
         }
+        Command::Inspect(args) => inspect(args),
         Command::Serve(args) => serve(args),
         Command::Api(args) => distributed(args, None, stoker_api::serve::Mode::Api),
         Command::Executor(args) => distributed(
@@ -108,6 +121,42 @@ fn main() -> ExitCode {
         Command::Admin(args) => client(stoker_api::admin_cli::run(args)),
         Command::Batch(args) => client(stoker_api::batch_cli::run(args)),
         Command::Bench(args) => bench(args),
+    }
+}
+
+/// `stoker inspect`: the report on stdout; exit 0 when the file can be served,
+/// 1 when it parses but cannot be served, 2 when it cannot be read as GGUF.
+fn inspect(args: InspectArgs) -> ExitCode {
+    match stoker_executor::inspect::inspect(&args.file) {
+        Ok(report) => {
+            if args.json {
+                match serde_json::to_string_pretty(&report) {
+                    Ok(s) => println!("{s}"),
+                    Err(e) => {
+                        eprintln!("stoker: {e}");
+                        return ExitCode::from(2);
+                    }
+                }
+            } else {
+                print!("{}", report.to_text());
+            }
+            if report.servable {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({"path": args.file.display().to_string(), "servable": false, "problems": [e.to_string()]})
+                );
+            } else {
+                eprintln!("stoker: cannot serve {}: {e}", args.file.display());
+            }
+            ExitCode::from(2)
+        }
     }
 }
 

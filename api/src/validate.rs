@@ -273,20 +273,46 @@ pub fn chat(req: ChatCompletionRequest, tenant: &str, t: &Target) -> Result<Prep
     if req.logprobs == Some(true) || req.top_logprobs.is_some_and(|n| n > 0) {
         return Err(ApiError::unsupported("logprobs", "log probabilities"));
     }
-    if req.messages.is_empty() {
+    let prompt = chat_prompt(&req.messages, true, t)?;
+    let requested = match max_tokens(req.max_completion_tokens, "max_completion_tokens")? {
+        Some(n) => Some(n),
+        None => max_tokens(req.max_tokens, "max_tokens")?,
+    };
+    finish(
+        prompt,
+        params,
+        requested,
+        None,
+        c.stream.unwrap_or(false),
+        c.include_usage,
+        lane,
+        tenant,
+        t,
+    )
+}
+
+/// A conversation rendered with the served model's chat template and tokenized, as
+/// the chat route and `POST /tokenize` see it. Roles and content parts are checked
+/// here; what is not served is refused by name.
+pub fn chat_prompt(
+    messages_in: &[stoker_schemas::openai::ChatMessageIn],
+    add_generation_prompt: bool,
+    t: &Target,
+) -> Result<Vec<u32>, ApiError> {
+    if messages_in.is_empty() {
         return Err(ApiError::invalid(
             "`messages` must not be empty",
             "messages",
         ));
     }
-    if req.messages.len() > MAX_MESSAGES {
+    if messages_in.len() > MAX_MESSAGES {
         return Err(ApiError::invalid(
             format!("at most {MAX_MESSAGES} messages are allowed"),
             "messages",
         ));
     }
-    let mut messages = Vec::with_capacity(req.messages.len());
-    for (i, m) in req.messages.iter().enumerate() {
+    let mut messages = Vec::with_capacity(messages_in.len());
+    for (i, m) in messages_in.iter().enumerate() {
         let role = match m.role.as_str() {
             "system" | "developer" => "system",
             "user" => "user",
@@ -349,29 +375,48 @@ pub fn chat(req: ChatCompletionRequest, tenant: &str, t: &Target) -> Result<Prep
         .served
         .engine
         .chat_template()
-        .render(&messages, true)
+        .render(&messages, add_generation_prompt)
         .map_err(template_error)?;
-    let prompt = t
-        .served
+    t.served
         .engine
         .tokenizer()
         .encode(&text)
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
-    let requested = match max_tokens(req.max_completion_tokens, "max_completion_tokens")? {
-        Some(n) => Some(n),
-        None => max_tokens(req.max_tokens, "max_tokens")?,
-    };
-    finish(
-        prompt,
-        params,
-        requested,
-        None,
-        c.stream.unwrap_or(false),
-        c.include_usage,
-        lane,
-        tenant,
-        t,
+        .map_err(|e| ApiError::Internal(e.to_string()))
+}
+
+/// Token ids of a completion prompt: the text's tokens (special-token strings become
+/// their ids), with the model's BOS (and EOS) when `add_special` is set and its
+/// metadata asks for them (`tokenizer.ggml.add_bos_token`), as llama.cpp does for a
+/// completion.
+pub fn encode_prompt(
+    tok: &stoker_executor::tokenizer::ModelTokenizer,
+    text: &str,
+    add_special: bool,
+) -> Result<Vec<u32>, ApiError> {
+    tok.encode_with(
+        text,
+        stoker_executor::tokenizer::EncodeOptions {
+            add_special,
+            parse_special: true,
+        },
     )
+    .map_err(|e| ApiError::Internal(e.to_string()))
+}
+
+/// Caller-given token ids, each checked against the vocabulary (`param` names the field).
+pub fn token_ids(v: &[i64], vocab_size: usize, param: &str) -> Result<Vec<u32>, ApiError> {
+    v.iter()
+        .map(|&id| {
+            if id < 0 || id as usize >= vocab_size {
+                Err(ApiError::invalid(
+                    format!("token id {id} is outside the vocabulary of {vocab_size} tokens"),
+                    param,
+                ))
+            } else {
+                Ok(id as u32)
+            }
+        })
+        .collect()
 }
 
 pub fn completion(req: CompletionRequest, tenant: &str, t: &Target) -> Result<Prepared, ApiError> {
@@ -406,24 +451,8 @@ pub fn completion(req: CompletionRequest, tenant: &str, t: &Target) -> Result<Pr
         return Err(ApiError::unsupported("logprobs", "log probabilities"));
     }
     let tok = t.served.engine.tokenizer();
-    let encode = |t: &str| tok.encode(t).map_err(|e| ApiError::Internal(e.to_string()));
-    let ids = |v: &[i64]| -> Result<Vec<u32>, ApiError> {
-        v.iter()
-            .map(|&id| {
-                if id < 0 || id as usize >= t.limits.vocab_size {
-                    Err(ApiError::invalid(
-                        format!(
-                            "token id {id} is outside the vocabulary of {} tokens",
-                            t.limits.vocab_size
-                        ),
-                        "prompt",
-                    ))
-                } else {
-                    Ok(id as u32)
-                }
-            })
-            .collect()
-    };
+    let encode = |text: &str| encode_prompt(tok, text, true);
+    let ids = |v: &[i64]| token_ids(v, t.limits.vocab_size, "prompt");
     let many = || ApiError::unsupported("prompt", "more than one prompt per request");
     let prompt = match &req.prompt {
         PromptSpec::Text(t) => encode(t)?,

@@ -9,6 +9,9 @@
 // Configs are built by adjusting a default, which reads best here.
 #![allow(clippy::field_reassign_with_default)]
 
+#[path = "http/tokenize.rs"]
+mod tokenize;
+
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};

@@ -309,3 +309,55 @@ pub struct ModelList {
     pub object: String,
     pub data: Vec<ModelCard>,
 }
+
+/// `POST /tokenize` (vLLM's shape): either a `prompt` or chat `messages`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct TokenizeRequest {
+    /// The model (deployment) whose tokenizer to use; the default deployment when absent.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Text to tokenize as `/v1/completions` would.
+    #[serde(default)]
+    pub prompt: Option<String>,
+    /// A conversation to render with the model's chat template, then tokenize as
+    /// `/v1/chat/completions` would.
+    #[serde(default)]
+    pub messages: Option<Vec<ChatMessageIn>>,
+    /// Add the model's special tokens (BOS where its tokenizer adds one). Default
+    /// true for `prompt`, false for `messages` (the template places them), as in vLLM.
+    #[serde(default)]
+    pub add_special_tokens: Option<bool>,
+    /// With `messages`: end with the assistant turn's opening (default true).
+    #[serde(default)]
+    pub add_generation_prompt: Option<bool>,
+    /// Also return each token's text (`token_strs`).
+    #[serde(default)]
+    pub return_token_strs: Option<bool>,
+}
+
+/// The answer to `POST /tokenize`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct TokenizeResponse {
+    pub count: usize,
+    /// The model's context window (the most tokens a prompt plus output may hold).
+    pub max_model_len: usize,
+    pub tokens: Vec<u32>,
+    /// Each token's text, when `return_token_strs` was set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_strs: Option<Vec<String>>,
+}
+
+/// `POST /detokenize` (vLLM's shape).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct DetokenizeRequest {
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Token ids; each must be inside the vocabulary.
+    pub tokens: Vec<i64>,
+}
+
+/// The answer to `POST /detokenize`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct DetokenizeResponse {
+    pub prompt: String,
+}

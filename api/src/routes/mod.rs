@@ -7,6 +7,7 @@ pub mod completions;
 pub mod files;
 pub mod health;
 pub mod models;
+pub mod tokenize;
 
 pub use completions::{chat_completions, completions};
 pub use health::{live, metrics, ready};
@@ -45,6 +46,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(list_models))
         .route("/v1/models/{id}", get(get_model))
+        .route("/tokenize", post(tokenize::tokenize))
+        .route("/detokenize", post(tokenize::detokenize))
         .route("/health/live", get(live))
         .route("/health/ready", get(ready))
         .route("/metrics", get(metrics))

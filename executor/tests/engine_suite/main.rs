@@ -7,5 +7,6 @@ mod batch_invariance;
 mod candle_bitwise;
 mod common;
 mod engine;
+mod inspect;
 mod model_errors;
 mod reference_parity;
