@@ -349,22 +349,16 @@ mod avx2_path {
                                     let av = unsafe {
                                         _mm256_loadu_si256(ab.qs.as_ptr().add(32 * v).cast())
                                     };
-                                    for k in 0..GROUP {
-                                        let qv = load(&u[k].q[32 * v..]);
-                                        ip[k] = _mm256_add_epi32(
-                                            ip[k],
-                                            _mm256_madd_epi16(
-                                                _mm256_maddubs_epi16(qv, av),
-                                                scv[k][v],
-                                            ),
-                                        );
+                                    for ((ip, sc), u) in ip.iter_mut().zip(&scv).zip(&u) {
+                                        let qv = load(&u.q[32 * v..]);
+                                        let p = _mm256_maddubs_epi16(qv, av);
+                                        *ip = _mm256_add_epi32(*ip, _mm256_madd_epi16(p, sc[v]));
                                     }
                                 }
-                                for k in 0..GROUP {
+                                for (mp, u) in mp.iter_mut().zip(&u) {
                                     // SAFETY: 16 i16 minimums are 32 bytes.
-                                    let mv =
-                                        unsafe { _mm256_loadu_si256(u[k].mins.as_ptr().cast()) };
-                                    mp[k] = _mm256_madd_epi16(mv, bs);
+                                    let mv = unsafe { _mm256_loadu_si256(u.mins.as_ptr().cast()) };
+                                    *mp = _mm256_madd_epi16(mv, bs);
                                 }
                                 let isum = _mm256_cvtepi32_ps(reduce8(&ip));
                                 let msum = _mm256_cvtepi32_ps(reduce8(&mp));
