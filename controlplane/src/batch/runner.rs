@@ -299,8 +299,13 @@ pub async fn run_shard(
                         last = Instant::now();
                     }
                 }
-                // A row stopped before it ended: nothing after it commits.
-                Some((_, None)) | None => break,
+                // A row that never started (the stop came while it waited
+                // for a slot) leaves a gap: rows after it cannot join the
+                // committed prefix, but rows already running before it can,
+                // so keep collecting until the feed ends. Breaking here
+                // dropped answers that finished during a drain.
+                Some((_, None)) => {}
+                None => break,
             },
             _ = tick.tick() => {
                 // Commit what is there, or just renew the lease.
