@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use axum::http::HeaderMap;
 use serde_json::Value;
-use stoker_executor::chat_template::{ChatMessage, TemplateError};
+use stoker_executor::chat_template::{ChatMessage, RenderOptions, TemplateError};
 use stoker_executor::{Lane, SamplingParams, TenantId, ValidRequest};
 use stoker_schemas::openai::{
     ChatCompletionRequest, CompletionRequest, MessageContent, PromptSpec, StopSpec,
@@ -375,12 +375,18 @@ pub fn chat_prompt(
         .served
         .engine
         .chat_template()
-        .render(&messages, add_generation_prompt)
+        .render_prompt(
+            &messages,
+            &RenderOptions {
+                add_generation_prompt,
+                ..RenderOptions::default()
+            },
+        )
         .map_err(template_error)?;
     t.served
         .engine
         .tokenizer()
-        .encode(&text)
+        .encode_chat(&text)
         .map_err(|e| ApiError::Internal(e.to_string()))
 }
 

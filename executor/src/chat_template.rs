@@ -283,6 +283,44 @@ impl ChatTemplate {
         )
     }
 
+    /// Renders a chat request's prompt as llama-server does (its
+    /// `/apply-template`, the reference the tests hold this to): the variables it
+    /// always binds are bound too, `enable_thinking` (true, so a reasoning
+    /// model's template opens a thinking block) and `date_string` (today, as
+    /// `26 Jul 2024`; the Llama 3.x templates print it, and would otherwise print
+    /// their own fixed date); and when a template refuses a leading system
+    /// message (Gemma's raise "System role not supported"), the system text is
+    /// put before the first user message, separated by a newline, and the
+    /// conversation is rendered again. Values in `options.extra` win over these
+    /// defaults.
+    pub fn render_prompt(
+        &self,
+        messages: &[ChatMessage],
+        options: &RenderOptions,
+    ) -> Result<String, TemplateError> {
+        let now = self
+            .fixed_now
+            .unwrap_or_else(|| chrono::Local::now().naive_local());
+        let mut options = options.clone();
+        options
+            .extra
+            .entry("enable_thinking")
+            .or_insert(serde_json::Value::Bool(true));
+        options
+            .extra
+            .entry("date_string")
+            .or_insert_with(|| serde_json::Value::String(now.format("%d %b %Y").to_string()));
+        match self.render_with(messages, &options) {
+            Err(TemplateError::Raised(why)) => match merge_system_into_user(messages) {
+                Some(merged) => self
+                    .render_with(&merged, &options)
+                    .map_err(|_| TemplateError::Raised(why)),
+                None => Err(TemplateError::Raised(why)),
+            },
+            other => other,
+        }
+    }
+
     /// Renders the conversation with tools and extra variables.
     pub fn render_with(
         &self,
@@ -354,6 +392,25 @@ impl ChatTemplate {
     pub fn eos_token(&self) -> &str {
         &self.eos_token
     }
+}
+
+/// The conversation with a leading system message folded into the first user
+/// message (`system + "\n" + user`), as llama.cpp does for templates without a
+/// system role; `None` when it does not start with a system message followed
+/// by a user one.
+fn merge_system_into_user(messages: &[ChatMessage]) -> Option<Vec<ChatMessage>> {
+    let (first, rest) = messages.split_first()?;
+    if first.role != "system" {
+        return None;
+    }
+    let at = rest.iter().position(|m| m.role == "user")?;
+    let mut out = rest.to_vec();
+    out[at].content = if out[at].content.is_empty() {
+        first.content.clone()
+    } else {
+        format!("{}\n{}", first.content, out[at].content)
+    };
+    Some(out)
 }
 
 fn classify(err: &minijinja::Error) -> TemplateError {

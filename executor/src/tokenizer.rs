@@ -713,6 +713,35 @@ impl ModelTokenizer {
         )
     }
 
+    /// Token ids of a rendered chat prompt, as llama-server makes them: when the
+    /// model adds BOS (EOS) itself, a BOS (EOS) the template spelled out at the
+    /// start (end) is removed first, then the text is encoded with special tokens
+    /// added and parsed. One BOS either way: a template that writes
+    /// `{{ bos_token }}` (Llama 3, Gemma) does not get two, and one that does not
+    /// (Phi-3) still gets the BOS its model was trained with.
+    pub fn encode_chat(&self, rendered: &str) -> Result<Vec<u32>, TokenizerError> {
+        let mut text = rendered;
+        if self.add_bos
+            && let Some(bos) = self.bos.and_then(|id| self.id_to_token(id))
+            && !bos.is_empty()
+        {
+            text = text.strip_prefix(bos.as_str()).unwrap_or(text);
+        }
+        if self.add_eos
+            && let Some(eos) = self.id_to_token(self.eos)
+            && !eos.is_empty()
+        {
+            text = text.strip_suffix(eos.as_str()).unwrap_or(text);
+        }
+        self.encode_with(
+            text,
+            EncodeOptions {
+                add_special: true,
+                parse_special: true,
+            },
+        )
+    }
+
     /// Token ids of `text` under llama.cpp's `add_special` / `parse_special` rules.
     pub fn encode_with(&self, text: &str, opts: EncodeOptions) -> Result<Vec<u32>, TokenizerError> {
         let tok = if opts.parse_special {

@@ -11,6 +11,8 @@ mod detokenize;
 mod llama_cpp_templates;
 #[path = "tokenizer/llama_cpp_vocab.rs"]
 mod llama_cpp_vocab;
+#[path = "tokenizer/llama_server_templates.rs"]
+mod llama_server_templates;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -580,4 +582,31 @@ fn byte_level_bpe_without_merges_or_with_a_missing_pre_is_refused() {
         build_err(&md),
         TokenizerError::MissingKey("tokenizer.ggml.merges")
     ));
+}
+
+#[test]
+fn a_chat_prompt_gets_exactly_one_bos_as_llama_server_makes_it() {
+    // SentencePiece adds BOS: a template that spells it out is not doubled, one
+    // that does not (Phi-3) still gets it.
+    let tok = ModelTokenizer::from_gguf_metadata(&tiny_spm_metadata()).unwrap();
+    assert_eq!(tok.encode_chat("<s>ab").unwrap(), vec![1, 12]);
+    assert_eq!(tok.encode_chat("ab").unwrap(), vec![1, 12]);
+    // Only a leading BOS is the template's: one inside the text stays.
+    assert_eq!(tok.encode_chat("ab<s>").unwrap(), vec![1, 12, 1]);
+    // A model that adds no BOS keeps the template's text as it is.
+    let mut md = tiny_spm_metadata();
+    md.insert("tokenizer.ggml.add_bos_token".into(), Value::Bool(false));
+    let tok = ModelTokenizer::from_gguf_metadata(&md).unwrap();
+    assert_eq!(tok.encode_chat("ab").unwrap(), vec![12]);
+    assert_eq!(tok.encode_chat("<s>ab").unwrap(), vec![1, 12]);
+    // A model that adds EOS: the template's trailing EOS is not doubled.
+    let mut md = tiny_spm_metadata();
+    md.insert("tokenizer.ggml.add_eos_token".into(), Value::Bool(true));
+    let tok = ModelTokenizer::from_gguf_metadata(&md).unwrap();
+    assert_eq!(tok.encode_chat("ab</s>").unwrap(), vec![1, 12, 2]);
+    assert_eq!(tok.encode_chat("ab").unwrap(), vec![1, 12, 2]);
+    // SmolLM2 adds no BOS: its chat prompts are unchanged.
+    let smol = tokenizer();
+    let text = "<|im_start|>user\nHi<|im_end|>\n";
+    assert_eq!(smol.encode_chat(text).unwrap(), smol.encode(text).unwrap());
 }

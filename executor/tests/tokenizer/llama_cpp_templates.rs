@@ -64,7 +64,7 @@ enum Expected {
     Error(String),
 }
 
-fn templates_dir() -> PathBuf {
+pub(crate) fn templates_dir() -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/llama.cpp/templates");
     assert!(
         dir.is_dir(),
@@ -82,7 +82,7 @@ fn fixture() -> Fixture {
 }
 
 /// Where `got` first differs from `want`, with some context of both.
-fn first_difference(got: &str, want: &str) -> String {
+pub(crate) fn first_difference(got: &str, want: &str) -> String {
     let at = got
         .char_indices()
         .zip(want.chars())
