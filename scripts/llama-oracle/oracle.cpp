@@ -150,6 +150,12 @@ llama_model * load_model(const std::string & path) {
     llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
     mp.progress_callback = [](float, void *) { return true; };  // no progress dots
+    // ORACLE_EXTRA_BUFTS=0: no repacked weight layouts (CPU_REPACK, AMX), so
+    // every matmul runs ggml's portable vec_dot kernels, the same on every x86
+    // machine. The default keeps llama.cpp's own default (on).
+    if (const char * e = getenv("ORACLE_EXTRA_BUFTS"); e && std::string(e) == "0") {
+        mp.use_extra_bufts = false;
+    }
     llama_model * m = llama_model_load_from_file(path.c_str(), mp);
     if (!m) die("cannot load " + path);
     return m;
@@ -231,6 +237,10 @@ int argmax(const float * l, int nv) {
 }
 
 const char * settings_json() {
+    const char * e = getenv("ORACLE_EXTRA_BUFTS");
+    if (e && std::string(e) == "0") {
+        return "{\"kv_cache\":\"f16\",\"flash_attn\":\"auto\",\"n_seq\":1,\"one_batch\":true,\"add_special\":true,\"extra_bufts\":false}";
+    }
     return "{\"kv_cache\":\"f16\",\"flash_attn\":\"auto\",\"n_seq\":1,\"one_batch\":true,\"add_special\":true}";
 }
 

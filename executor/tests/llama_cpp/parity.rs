@@ -17,6 +17,19 @@
 //!   underestimate the full-vocabulary KLD by the divergence inside that bucket
 //!   (llama.cpp's rest mass is reported; it is a few percent at most here).
 //!
+//! Those are the targets. They are tighter than llama.cpp agrees with
+//! itself: the same llama.cpp source built natively on a second CPU (AVX-512;
+//! `parity/cpu2/`, `scripts/llama-oracle/make_parity_cpu2.py`) lands 0.007–0.016
+//! nats from the first set on every quantized type, with top-1 gaps up to 0.36
+//! nats, while F16 agrees to 6e-6. With activations quantized to 8 bits before
+//! each integer dot product, two float summation orders put an occasional value
+//! on the other side of a rounding step, a whole step apart, and the difference
+//! spreads through the layers. So what is asserted is what llama.cpp itself
+//! holds to: for every type, stoker is no further from either llama.cpp run than
+//! the two runs are from each other ([`within_llama_cpp_spread`]), plus the
+//! measured bounds below as a regression guard. Which types meet the issue's
+//! target is printed.
+//!
 //! Greedy 32-token generation on llama.cpp's 10 chat prompts is reported (identical
 //! sequences and the first divergence), not asserted: after the first near-tie the
 //! two continue from different tokens.
@@ -35,15 +48,10 @@ use super::{Source, load_sources, manifest, requantize, sha256_hex};
 /// Largest log-probability gap (llama.cpp's, nats) of a near-tie: the target is that
 /// every top-1 disagreement is one.
 const NEAR_TIE: f64 = 0.2;
-/// What is asserted today, above the target for some types: the mean KLD may reach
-/// 1.2 tenths of the baseline, and up to [`FAR_MAX`] disagreements per type may have a
-/// gap up to [`FAR_GAP`]. Measured: the K-mixes (Q2_K, Q3_K_M, Q4_K_M, Q5_K_M) reach
-/// 1.01–1.13 tenths, and six types have 1–3 positions with gaps of 0.21–0.63. F16 and
-/// BF16 (no activation quantization) are 1e-6 and 7e-5, so the rest comes from how
-/// activations are quantized before the integer dot products: ggml's AVX2 quantizer
-/// rounds `x·(127/amax)` half to even, ours rounds `x/(amax/127)` half away from zero
-/// (candle's rule, which the reference-parity tests hold the Q4_1 path to). The test
-/// prints which types meet the target.
+/// The regression guard, measured: the mean KLD may reach 1.2 tenths of the
+/// baseline (the K-mixes measure 1.01–1.13 tenths), and up to [`FAR_MAX`]
+/// disagreements per type may have a gap up to [`FAR_GAP`] (six types have 1–3
+/// positions with gaps of 0.21–0.65). F16 and BF16 measure 1e-6 and 7e-5.
 const KLD_SLACK: f64 = 1.2;
 const FAR_MAX: usize = 3;
 const FAR_GAP: f64 = 0.7;
@@ -51,9 +59,20 @@ const FAR_GAP: f64 = 0.7;
 fn fixture(ty: &str) -> Value {
     let p =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/parity/{ty}.json"));
+    read_fixture(p)
+}
+
+/// The second CPU's scores of the same file (`parity/cpu2/<TYPE>.json`).
+fn fixture_cpu2(ty: &str) -> Value {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("tests/fixtures/parity/cpu2/{ty}.json"));
+    read_fixture(p)
+}
+
+fn read_fixture(p: PathBuf) -> Value {
     serde_json::from_str(&std::fs::read_to_string(&p).unwrap_or_else(|e| {
         panic!(
-            "{}: {e} (scripts/make_parity_fixtures.sh makes it)",
+            "{}: {e} (scripts/make_parity_fixtures.sh and scripts/llama-oracle/make_parity_cpu2.py make it)",
             p.display()
         )
     }))
@@ -290,6 +309,55 @@ fn score(fix: &Value, ours: &[Vec<f32>]) -> Scores {
     s
 }
 
+/// Mean KL(a ‖ b) between two llama.cpp runs, both known by their top 64 and
+/// rest mass per position: over a's top 64 (a token outside b's top 64 gets an
+/// equal share of b's rest) plus a's rest as one bucket.
+fn cross_kld(a: &Value, b: &Value, vocab: usize) -> f64 {
+    let pa = a["positions"].as_array().unwrap();
+    let pb = b["positions"].as_array().unwrap();
+    assert_eq!(pa.len(), pb.len());
+    let mut total = 0.0;
+    for (x, y) in pa.iter().zip(pb) {
+        let f = |v: &Value, k: &str| -> Vec<f64> {
+            v[k].as_array()
+                .unwrap()
+                .iter()
+                .map(|n| n.as_f64().unwrap())
+                .collect()
+        };
+        let (ids_x, lp_x, ids_y, lp_y) = (
+            f(x, "top_ids"),
+            f(x, "top_logprobs"),
+            f(y, "top_ids"),
+            f(y, "top_logprobs"),
+        );
+        let rest_y = y["rest"].as_f64().unwrap().max(1e-12);
+        let floor = (rest_y / (vocab - ids_y.len()) as f64).ln();
+        let mut kld = 0.0;
+        let mut q_top = 0.0;
+        for (id, lp) in ids_x.iter().zip(&lp_x) {
+            let lq = ids_y
+                .iter()
+                .position(|i| i == id)
+                .map_or(floor, |k| lp_y[k]);
+            kld += lp.exp() * (lp - lq);
+            q_top += lq.exp();
+        }
+        let rest = x["rest"].as_f64().unwrap().max(0.0);
+        if rest > 0.0 {
+            kld += rest * (rest.ln() - (1.0 - q_top).max(1e-300).ln());
+        }
+        total += kld;
+    }
+    total / pa.len() as f64
+}
+
+/// stoker is no further from either llama.cpp run than the runs are from each
+/// other: KL(A ‖ stoker) ≤ KL(A ‖ B) and KL(B ‖ stoker) ≤ KL(B ‖ A).
+fn within_llama_cpp_spread(ours_a: f64, ours_b: f64, a_b: f64, b_a: f64) -> bool {
+    ours_a <= a_b && ours_b <= b_a
+}
+
 #[test]
 fn every_type_agrees_with_llama_cpp_teacher_forced() {
     let manifest = manifest();
@@ -301,9 +369,25 @@ fn every_type_agrees_with_llama_cpp_teacher_forced() {
     std::fs::create_dir_all(&dir).unwrap();
     let mut failures = Vec::new();
     let mut rows = Vec::new();
+    // `STOKER_PARITY_TYPES=Q8_0,Q4_K_M` limits a run to some types (a full run
+    // takes minutes); CI runs them all.
+    let only: Option<Vec<String>> = std::env::var("STOKER_PARITY_TYPES")
+        .ok()
+        .map(|v| v.split(',').map(|t| t.trim().to_owned()).collect());
+    let weights = match std::env::var("STOKER_PARITY_WEIGHTS").as_deref() {
+        Ok("f32") => stoker_executor::model::WeightMode::DequantizedF32,
+        _ => stoker_executor::model::WeightMode::Native,
+    };
     for (ty, entry) in manifest["files"].as_object().unwrap() {
+        if only.as_ref().is_some_and(|o| !o.contains(ty)) {
+            continue;
+        }
         let path = rebuild(ty, entry, &sources, &content, &dir);
-        let model = Model::load(&path, LoadOptions::default())
+        let opts = LoadOptions {
+            weights,
+            ..LoadOptions::default()
+        };
+        let model = Model::load(&path, opts)
             .unwrap_or_else(|e| panic!("{ty}: stoker refuses llama.cpp's file: {e}"));
         std::fs::remove_file(&path).unwrap();
         let fix = fixture(ty);
@@ -315,6 +399,20 @@ fn every_type_agrees_with_llama_cpp_teacher_forced() {
             .collect();
         let ours = teacher_forced(&model, &tokens);
         let s = score(&fix, &ours);
+        let cpu2 = fixture_cpu2(ty);
+        assert_eq!(
+            cpu2["tokens"], fix["tokens"],
+            "{ty}: the two runs scored other tokens"
+        );
+        let s2 = score(&cpu2, &ours);
+        let vocab = model.tokenizer.vocab_size();
+        let (a_b, b_a) = (cross_kld(&fix, &cpu2, vocab), cross_kld(&cpu2, &fix, vocab));
+        if !within_llama_cpp_spread(s.kld, s2.kld, a_b, b_a) {
+            failures.push(format!(
+                "{ty}: stoker is further from llama.cpp (KLD {:.6} and {:.6} to the two runs) than llama.cpp's two runs are from each other ({a_b:.6}, {b_a:.6})",
+                s.kld, s2.kld
+            ));
+        }
 
         let results = fix["greedy"]["results"].as_array().unwrap();
         let prompts: Vec<Vec<u32>> = results
@@ -351,8 +449,9 @@ fn every_type_agrees_with_llama_cpp_teacher_forced() {
         let worst_tie = s.near_ties.iter().cloned().fold(0.0, f64::max);
         let meets = s.kld <= target && s.far.is_empty();
         rows.push(format!(
-            "{ty:<7} KLD mean {:.6} (target {target:.6}) max {:.5} | top-1 {}/{} agree, {} near-ties (largest gap {worst_tie:.3}), {} far {:?} | greedy 32: {identical}/10 identical, others diverge after {diverged:?} tokens | {}",
+            "{ty:<7} KLD mean {:.6} (target {target:.6}; to the 2nd CPU's run {:.6}; llama.cpp's two runs {a_b:.6}) max {:.5} | top-1 {}/{} agree, {} near-ties (largest gap {worst_tie:.3}), {} far {:?} | greedy 32: {identical}/10 identical, others diverge after {diverged:?} tokens | {}",
             s.kld,
+            s2.kld,
             s.max_kld,
             s.agree,
             s.positions,
