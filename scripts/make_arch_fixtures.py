@@ -8,7 +8,14 @@ for `Model::load` to build a tokenizer. The executor's `architectures` test
 runs each through our forward pass and candle-transformers' model of the
 same architecture.
 
+It also writes the small servable models of tests/fixtures/models/, one per
+architecture, that the end-to-end test `architectures` starts `stoker serve`
+on: the same random decoders with a larger context, a mix of tensor types,
+each family's special tokens and its real chat template (llama.cpp's copy,
+from scripts/fetch-llama-cpp-data.sh).
+
 Setup: python3 -m venv .tools/arch-venv && .tools/arch-venv/bin/pip install gguf==0.19.0 numpy
+       scripts/fetch-llama-cpp-data.sh
 Run:   .tools/arch-venv/bin/python scripts/make_arch_fixtures.py
 """
 
@@ -19,7 +26,10 @@ import sys
 import numpy as np
 import gguf
 
-OUT = os.path.join(os.path.dirname(__file__), "..", "executor", "tests", "fixtures", "arch")
+ROOT = os.path.join(os.path.dirname(__file__), "..")
+OUT = os.path.join(ROOT, "executor", "tests", "fixtures", "arch")
+SERVED_OUT = os.path.join(ROOT, "tests", "fixtures", "models")
+TEMPLATES = os.path.join(ROOT, "models", "llama.cpp", "templates")
 
 HIDDEN = 64
 HEADS = 4
@@ -48,19 +58,28 @@ VOCAB = len(TOKENS)
 
 
 class Fixture:
-    def __init__(self, name, arch, seed, hidden=HIDDEN, heads=HEADS, kv_heads=KV_HEADS, ffn=FFN):
+    def __init__(self, name, arch, seed, hidden=HIDDEN, heads=HEADS, kv_heads=KV_HEADS, ffn=FFN,
+                 out=OUT, specials=(), context=CONTEXT):
         self.hidden, self.heads, self.kv_heads, self.ffn = hidden, heads, kv_heads, ffn
-        self.path = os.path.join(OUT, name)
+        self.context = context
+        self.path = os.path.join(out, name)
         self.arch = arch
         self.rng = np.random.default_rng(seed)
         self.w = gguf.GGUFWriter(self.path, arch)
         self.w.add_name(name.removesuffix(".gguf"))
         self.w.add_tokenizer_model("gpt2")
         self.w.add_tokenizer_pre("gpt-2")
-        self.w.add_token_list(TOKENS)
+        # Special tokens follow the byte tokens, as control tokens (type 3).
+        self.tokens = TOKENS + list(specials)
+        self.vocab = len(self.tokens)
+        self.w.add_token_list(self.tokens)
         self.w.add_token_merges(MERGES)
-        self.w.add_token_types([1] * VOCAB)
-        self.w.add_eos_token_id(0)
+        self.w.add_token_types([1] * VOCAB + [3] * len(specials))
+        if not specials:
+            self.w.add_eos_token_id(0)
+
+    def token(self, text):
+        return self.tokens.index(text)
 
     def u32(self, key, v):
         self.w.add_uint32(f"{self.arch}.{key}", v)
@@ -70,7 +89,7 @@ class Fixture:
 
     def common(self, layers, head_dim=None, rope_dim=None, base=None):
         self.u32("block_count", layers)
-        self.u32("context_length", CONTEXT)
+        self.u32("context_length", self.context)
         self.u32("embedding_length", self.hidden)
         self.u32("feed_forward_length", self.ffn)
         self.u32("attention.head_count", self.heads)
@@ -89,6 +108,8 @@ class Fixture:
         a = (self.rng.standard_normal((rows, cols)) * s).astype(np.float32)
         if qtype is None:
             self.w.add_tensor(name, a)
+        elif qtype == gguf.GGMLQuantizationType.F16:
+            self.w.add_tensor(name, a.astype(np.float16))
         else:
             self.w.add_tensor(name, gguf.quants.quantize(a, qtype), raw_dtype=qtype)
 
@@ -113,15 +134,15 @@ def decoder(f, layers, head_dim, *, qkv_bias=False, qk_norm=False, post_norms=Fa
     types = types or {}
     HIDDEN, FFN = f.hidden, f.ffn
     q, kv = f.heads * head_dim, f.kv_heads * head_dim
-    f.matrix("token_embd.weight", VOCAB, HIDDEN, scale=0.5)
+    f.matrix("token_embd.weight", f.vocab, HIDDEN, types.get("embd"), scale=0.5)
     f.norm("output_norm.weight", HIDDEN)
     if not tied:
-        f.matrix("output.weight", VOCAB, HIDDEN)
+        f.matrix("output.weight", f.vocab, HIDDEN, types.get("output"))
     for i in range(layers):
         p = f"blk.{i}"
         f.norm(f"{p}.attn_norm.weight", HIDDEN)
         if fused:
-            f.matrix(f"{p}.attn_qkv.weight", q + 2 * kv, HIDDEN)
+            f.matrix(f"{p}.attn_qkv.weight", q + 2 * kv, HIDDEN, types.get("qkv"))
         else:
             f.matrix(f"{p}.attn_q.weight", q, HIDDEN, types.get("q"))
             f.matrix(f"{p}.attn_k.weight", kv, HIDDEN, types.get("k"))
@@ -133,16 +154,16 @@ def decoder(f, layers, head_dim, *, qkv_bias=False, qk_norm=False, post_norms=Fa
         if qk_norm:
             f.norm(f"{p}.attn_q_norm.weight", head_dim)
             f.norm(f"{p}.attn_k_norm.weight", head_dim)
-        f.matrix(f"{p}.attn_output.weight", HIDDEN, q)
+        f.matrix(f"{p}.attn_output.weight", HIDDEN, q, types.get("o"))
         if post_norms:
             f.norm(f"{p}.post_attention_norm.weight", HIDDEN)
         f.norm(f"{p}.ffn_norm.weight", HIDDEN)
         if fused:
-            f.matrix(f"{p}.ffn_up.weight", 2 * FFN, HIDDEN)
+            f.matrix(f"{p}.ffn_up.weight", 2 * FFN, HIDDEN, types.get("gate_up"))
         else:
             f.matrix(f"{p}.ffn_gate.weight", FFN, HIDDEN, types.get("gate"))
             f.matrix(f"{p}.ffn_up.weight", FFN, HIDDEN, types.get("up"))
-        f.matrix(f"{p}.ffn_down.weight", HIDDEN, FFN)
+        f.matrix(f"{p}.ffn_down.weight", HIDDEN, FFN, types.get("down"))
         if post_norms:
             f.norm(f"{p}.post_ffw_norm.weight", HIDDEN)
 
@@ -236,6 +257,84 @@ def main():
     f.common(1)
     f.matrix("token_embd.weight", VOCAB, HIDDEN)
     f.write()
+
+    served()
+
+
+# The servable models: (file, architecture, seed, llama.cpp template, special
+# tokens, BOS, EOS, whether the tokenizer adds BOS, tensor types by role).
+Q4_0 = gguf.GGMLQuantizationType.Q4_0
+Q5_0 = gguf.GGMLQuantizationType.Q5_0
+Q5_1 = gguf.GGMLQuantizationType.Q5_1
+Q8_0 = gguf.GGMLQuantizationType.Q8_0
+F16 = gguf.GGMLQuantizationType.F16
+LLAMA3 = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
+          "<|eot_id|>", "<|eom_id|>", "<|python_tag|>"]
+QWEN = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"]
+PHI3 = ["<s>", "</s>", "<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
+GEMMA = ["<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>"]
+SERVED = [
+    ("llama3.gguf", "llama", 11, "meta-llama-Llama-3.2-3B-Instruct.jinja", LLAMA3,
+     "<|begin_of_text|>", "<|eot_id|>", True,
+     {"q": Q4_0, "k": Q4_0, "v": Q8_0, "o": Q5_0, "gate": Q4_0, "up": Q4_0, "down": Q8_0, "embd": Q8_0}),
+    ("qwen2.gguf", "qwen2", 12, "Qwen-Qwen2.5-7B-Instruct.jinja", QWEN,
+     "<|endoftext|>", "<|im_end|>", False,
+     {"q": Q5_0, "k": Q5_0, "v": Q8_0, "o": Q5_1, "gate": Q5_0, "up": Q5_0, "down": Q8_0, "embd": F16}),
+    ("qwen3.gguf", "qwen3", 13, "Qwen-Qwen3-0.6B.jinja", QWEN + ["<think>", "</think>"],
+     "<|endoftext|>", "<|im_end|>", False,
+     {"q": Q8_0, "k": Q8_0, "v": F16, "gate": Q4_0, "up": Q4_0, "down": Q5_1, "output": Q8_0}),
+    ("phi3.gguf", "phi3", 14, "microsoft-Phi-3.5-mini-instruct.jinja", PHI3,
+     "<s>", "<|end|>", True,
+     {"qkv": Q8_0, "o": Q4_0, "gate_up": Q5_1, "down": Q8_0, "output": F16}),
+    ("gemma2.gguf", "gemma2", 15, "google-gemma-2-2b-it.jinja", GEMMA,
+     "<bos>", "<end_of_turn>", True,
+     {"q": Q8_0, "k": Q8_0, "v": Q8_0, "o": Q8_0, "gate": Q5_1, "up": Q5_1, "down": Q4_0, "embd": Q8_0}),
+    ("gemma3.gguf", "gemma3", 16, "google-gemma-2-2b-it.jinja", GEMMA,
+     "<bos>", "<end_of_turn>", True,
+     {"q": F16, "k": F16, "v": F16, "o": Q8_0, "gate": Q8_0, "up": Q8_0, "down": Q8_0, "embd": Q8_0}),
+]
+SERVED_CONTEXT = 2048
+
+
+def served():
+    if not os.path.isdir(TEMPLATES):
+        sys.exit(f"{TEMPLATES} missing: run scripts/fetch-llama-cpp-data.sh first")
+    os.makedirs(SERVED_OUT, exist_ok=True)
+    for name, arch, seed, template, specials, bos, eos, add_bos, types in SERVED:
+        f = Fixture(name, arch, seed, out=SERVED_OUT, specials=specials, context=SERVED_CONTEXT)
+        f.w.add_bos_token_id(f.token(bos))
+        f.w.add_eos_token_id(f.token(eos))
+        f.w.add_add_bos_token(add_bos)
+        with open(os.path.join(TEMPLATES, template), encoding="utf-8") as t:
+            f.w.add_chat_template(t.read())
+        f.w.add_string("stoker.fixture.template", template)
+        if arch == "llama":
+            f.common(2, head_dim=16, rope_dim=16, base=500000.0)
+            f.w.add_tensor("rope_freqs.weight",
+                           llama3_rope_factors(16, 500000.0, 32.0, 1.0, 4.0, 256))
+            decoder(f, 2, 16, types=types)
+        elif arch == "qwen2":
+            f.common(2, base=1000000.0)
+            decoder(f, 2, 16, qkv_bias=True, types=types)
+        elif arch == "qwen3":
+            f.common(2, head_dim=32, rope_dim=32, base=1000000.0)
+            decoder(f, 2, 32, qk_norm=True, tied=False, types=types)
+        elif arch == "phi3":
+            f.common(2, rope_dim=16)
+            f.u32("attention.sliding_window", 2047)
+            decoder(f, 2, 16, fused=True, tied=False, types=types)
+        elif arch == "gemma2":
+            f.common(2, head_dim=32, base=10000.0)
+            # A window shorter than the test's prompts, so that it bites.
+            f.u32("attention.sliding_window", 16)
+            f.f32("attn_logit_softcapping", 50.0)
+            f.f32("final_logit_softcapping", 30.0)
+            decoder(f, 2, 32, post_norms=True, types=types)
+        elif arch == "gemma3":
+            f.common(6, head_dim=32, base=1000000.0)
+            f.u32("attention.sliding_window", 16)
+            decoder(f, 6, 32, qk_norm=True, post_norms=True, types=types)
+        f.write()
 
 
 if __name__ == "__main__":

@@ -110,6 +110,8 @@ pub struct ServerOptions {
     pub command: Option<String>,
     /// Extra arguments after the common ones.
     pub args: Vec<String>,
+    /// The GGUF file to serve; default: the SmolLM2 model ([`model_path`]).
+    pub model: Option<PathBuf>,
 }
 
 impl ServerOptions {
@@ -134,6 +136,11 @@ impl ServerOptions {
         self
     }
 
+    pub fn model(mut self, path: &Path) -> Self {
+        self.model = Some(path.to_path_buf());
+        self
+    }
+
     pub fn env(mut self, key: &str, value: &str) -> Self {
         self.env.push((key.to_string(), value.to_string()));
         self
@@ -155,7 +162,7 @@ impl Server {
     /// Starts `stoker serve` and waits until `/health/ready` answers 200.
     pub async fn start(name: &str, opts: ServerOptions) -> Server {
         let bin = stoker_bin();
-        let model = model_path();
+        let model = opts.model.clone().unwrap_or_else(model_path);
         let dir = fresh_dir(name);
         let data_dir = opts.data_dir.clone().unwrap_or_else(|| dir.join("data"));
         let config_path = dir.join("stoker.toml");

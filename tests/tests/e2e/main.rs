@@ -7,6 +7,7 @@
 //! dir. Run them one at a time: `cargo test --release -p stoker-tests --test e2e --
 //! --test-threads=1`. `STOKER_E2E_ECHO=1` echoes the servers' logs while they run.
 
+mod architectures;
 mod batch;
 mod bench;
 mod cluster;
