@@ -277,6 +277,12 @@ fn load(state: &AppState) -> anyhow::Result<()> {
     let t0 = Instant::now();
     let model = Model::load(&cfg.model, LoadOptions::default())
         .with_context(|| format!("loading model {}", cfg.model.display()))?;
+    let file_mb = model.identity.file_size as f64 / 1e6;
+    // The matrices as held in memory (an untied embedding is not read per step
+    // but is resident too).
+    let w = &model.weights;
+    let held = w.byte_size() + w.output.as_ref().map_or(0, |_| w.embed.byte_size());
+    let weights_mb = held as f64 / 1e6;
     let engine = Engine::start(model, cfg.engine_config()).context("starting the engine")?;
     let engine = Arc::new(engine);
     state.install(engine.clone());
@@ -286,6 +292,9 @@ fn load(state: &AppState) -> anyhow::Result<()> {
         revision = %served.provenance.revision,
         sha256 = %served.provenance.sha256,
         load_ms = t0.elapsed().as_millis() as u64,
+        file_mb = %format!("{file_mb:.1}"),
+        weights_mb = %format!("{weights_mb:.1}"),
+        resident_mb = %resident_bytes().map_or("?".into(), |b| format!("{:.1}", b as f64 / 1e6)),
         "model loaded; warming up"
     );
     state.set_phase(Phase::WarmingUp);
@@ -293,4 +302,12 @@ fn load(state: &AppState) -> anyhow::Result<()> {
     engine.warm_up().context("warm-up generation")?;
     tracing::info!(warm_up_ms = t1.elapsed().as_millis() as u64, "warmed up");
     Ok(())
+}
+
+/// The process's resident memory (Linux `/proc/self/statm`), for the load log:
+/// what loading the weights and allocating the KV pool cost in RAM.
+fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
 }
