@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Creates the Python virtual environment the end-to-end tests use (.venv at the repo
-# root) with the official OpenAI Python SDK pinned. A no-op when the marker file
+# root) with the official OpenAI Python SDK pinned, and gguf and numpy (pinned: the
+# per-architecture parity sources are written with them, bit for bit). A no-op when the marker file
 # already records the pinned version.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
-PIN="openai==3.51.0"
+PIN="openai==3.51.0 gguf==0.19.0 numpy==2.4.6"
 MARKER="$VENV/.stoker-deps"
 
 if [[ -x "$VENV/bin/python" && -f "$MARKER" && "$(cat "$MARKER")" == "$PIN" ]]; then
@@ -17,7 +18,8 @@ fi
 if [[ ! -x "$VENV/bin/python" ]]; then
     python3 -m venv "$VENV"
 fi
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$PIN"
+# shellcheck disable=SC2086
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check $PIN
 "$VENV/bin/python" -c 'import openai, sys; print("openai", openai.__version__, file=sys.stderr)'
 echo "$PIN" > "$MARKER"
 echo "set up .venv ($PIN)"

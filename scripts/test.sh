@@ -9,6 +9,7 @@ cd "$ROOT"
 "$ROOT/scripts/fetch-llama-cpp-data.sh"
 "$ROOT/scripts/fetch-broker.sh"
 "$ROOT/scripts/setup-venv.sh"
+"$ROOT/scripts/make-arch-parity-sources.sh"
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

@@ -20,6 +20,8 @@
 //! The manifest and the model are both required: a missing one fails the test with the
 //! command that makes it.
 
+#[path = "llama_cpp/arch_parity.rs"]
+mod arch_parity;
 #[path = "llama_cpp/parity.rs"]
 mod parity;
 
