@@ -4,6 +4,11 @@
 //! ratios, because the machine is shared and noisy.
 //!
 //! Run: `cargo bench -p stoker-executor --bench engine`
+//!
+//! `STOKER_MODEL` names another GGUF file, `STOKER_BENCH_SECTIONS` picks sections
+//! (`throughput,prefix,turns,floors`, the default all) and
+//! `STOKER_BENCH_CONCURRENCY` the throughput table's rows (default `1,4,16,32`);
+//! `scripts/bench-llama-cpp.sh` uses them to run beside `llama-batched-bench`.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -31,6 +36,21 @@ struct RequestTrace {
     ttft: Duration,
     itl: Vec<Duration>,
     tokens: usize,
+}
+
+/// Whether `STOKER_BENCH_SECTIONS` (default: all) names `name`.
+fn section(name: &str) -> bool {
+    std::env::var("STOKER_BENCH_SECTIONS").map_or(true, |v| v.split(',').any(|s| s.trim() == name))
+}
+
+fn concurrencies() -> Vec<usize> {
+    std::env::var("STOKER_BENCH_CONCURRENCY")
+        .map(|v| {
+            v.split(',')
+                .map(|c| c.trim().parse().expect("STOKER_BENCH_CONCURRENCY: numbers"))
+                .collect()
+        })
+        .unwrap_or_else(|_| vec![1, 4, 16, 32])
 }
 
 fn percentile(v: &mut [f64], p: f64) -> f64 {
@@ -240,13 +260,24 @@ fn main() {
         "## Throughput and latency ({PROMPT_TOKENS}-token prompts, {OUTPUT_TOKENS} output tokens, greedy)\n"
     );
     println!(
-        "| concurrency | output tok/s | ratio to c=1 | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms |"
+        "| concurrency | output tok/s | ratio to c=1 | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | decode tok/s (c × 1000 / ITL p50) | prefill tok/s (c × {PROMPT_TOKENS} / TTFT p50) |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     let mut base = None;
-    let mut itl_c1 = 0.0;
-    let mut itl_c32 = 0.0;
-    for c in [1usize, 4, 16, 32] {
+    let mut itl_c1 = f64::NAN;
+    let mut itl_c32 = f64::NAN;
+    let sections = [
+        section("throughput"),
+        section("prefix"),
+        section("turns"),
+        section("floors"),
+    ];
+    let table: Vec<usize> = if sections[0] || sections[3] {
+        concurrencies()
+    } else {
+        Vec::new()
+    };
+    for c in table {
         let prompts = (0..c)
             .map(|i| exact_prompt(&engine, i + 100 * c, PROMPT_TOKENS))
             .collect();
@@ -266,16 +297,33 @@ fn main() {
         if c == 32 {
             itl_c32 = itl50;
         }
+        let ttft50 = percentile(&mut ttft, 50.0);
         println!(
-            "| {c} | {tps:.1} | {:.2}x | {:.1} | {:.1} | {itl50:.2} | {:.2} |",
+            "| {c} | {tps:.1} | {:.2}x | {ttft50:.1} | {:.1} | {itl50:.2} | {:.2} | {:.1} | {:.1} |",
             tps / b,
-            percentile(&mut ttft, 50.0),
             percentile(&mut ttft, 99.0),
             percentile(&mut itl, 99.0),
+            c as f64 * 1e3 / itl50,
+            (c * PROMPT_TOKENS) as f64 * 1e3 / ttft50,
         );
     }
     drop(engine);
+    if !sections[1] && !sections[2] && !sections[3] {
+        return;
+    }
 
+    if sections[1] {
+        prefix_section();
+    }
+    if sections[2] {
+        turns_section();
+    }
+    if sections[3] {
+        floors_section(weight_bytes, flops_per_token, itl_c1, itl_c32);
+    }
+}
+
+fn prefix_section() {
     println!(
         "\n## Prefix caching: 16 requests sharing a 512-token system prompt (sequential arrival, 8 output tokens)\n"
     );
@@ -319,7 +367,9 @@ fn main() {
         "- TTFT p50 off/on: {:.1}x",
         ttft_by_mode[1] / ttft_by_mode[0]
     );
+}
 
+fn turns_section() {
     println!(
         "\n## Attention order: a conversation's second turn (8 conversations, {REPLY_TOKENS}-token replies)\n"
     );
@@ -359,7 +409,9 @@ fn main() {
         "- second-turn TTFT p50 reference / position: {:.2}x",
         turn2[0] / turn2[1]
     );
+}
 
+fn floors_section(weight_bytes: usize, flops_per_token: f64, itl_c1: f64, itl_c32: f64) {
     println!("\n## Decode step against its floors\n");
     let bw = memory_bandwidth_gbs();
     let peak = peak_gflops();
