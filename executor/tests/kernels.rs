@@ -564,7 +564,13 @@ fn garbage_weight_bytes_never_panic() {
     // Arbitrary bytes are valid blocks (NaN/inf scales included): products may be
     // non-finite but must not panic or read out of bounds.
     let mut rng = Rng::new(99);
-    for dtype in [QDtype::Q4_1, QDtype::Q8_0, QDtype::F32, QDtype::F16] {
+    for dtype in [
+        QDtype::Q4_1,
+        QDtype::Q8_0,
+        QDtype::F32,
+        QDtype::F16,
+        QDtype::BF16,
+    ] {
         let (rows, cols) = (13, 96);
         let per = match dtype {
             QDtype::Q4_1 => 20 * 3,
@@ -583,8 +589,35 @@ fn garbage_weight_bytes_never_panic() {
             assert_eq!(out.len(), 2 * rows);
         }
         let _ = w.dequantize();
-        if dtype.ne(&QDtype::F16) {
-            assert_eq!(w.to_ggml_bytes(), bytes);
+        assert_eq!(w.to_ggml_bytes(), bytes, "{dtype:?} keeps the file's bytes");
+    }
+}
+
+#[test]
+fn half_weights_give_the_bits_of_their_f32_widening() {
+    // F16 and BF16 weights stay 2 bytes and are widened as the kernel loads them;
+    // widening is exact, so every output must equal the product with the weights
+    // widened to f32 up front, on every path and batch size (tails included).
+    let mut rng = Rng::new(7);
+    for dtype in [QDtype::F16, QDtype::BF16] {
+        let (rows, cols) = (19, 100);
+        let values: Vec<f32> = (0..rows * cols).map(|_| rng.next() * 3.0).collect();
+        let bytes = stoker_executor::quantize::quantize_row(dtype, &values).unwrap();
+        let half = QMatrix::from_ggml_bytes(dtype, &bytes, rows, cols).unwrap();
+        assert_eq!(half.dtype(), dtype);
+        assert_eq!(half.byte_size(), 2 * rows * cols);
+        let wide = half.dequantize();
+        assert_eq!(wide.dtype(), QDtype::F32);
+        for t in [1, 3, 17] {
+            let x = rng.activations(t * cols);
+            for path in paths() {
+                let a = run(path, &half, &x, t);
+                let b = run(path, &wide, &x, t);
+                assert!(
+                    a.iter().zip(&b).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{dtype:?} t={t} {path:?}"
+                );
+            }
         }
     }
 }

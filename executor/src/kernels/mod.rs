@@ -55,13 +55,13 @@ use std::fmt;
 use std::ops::Range;
 
 use candle_core::quantized::{GgmlDType, QTensor};
-use half::f16;
 use rayon::prelude::*;
 
 pub use blocked::PackedBlocks;
 pub use blocks::BlockType;
 /// For the quantizers (`crate::quantize`), which write the layouts this module reads.
 pub(crate) use blocks::{QK_K, scale_min_k4};
+pub use dense::{BF16Bits, F16Bits};
 pub use dispatch::{KernelPath, kernel_path};
 pub use q4_1::PackedQ4_1;
 pub use q8_0::PackedQ8_0;
@@ -247,6 +247,10 @@ pub enum QData {
     Blocks(PackedBlocks),
     /// Row-major f32, `rows × cols`.
     F32(Vec<f32>),
+    /// Row-major f16 bits as stored in the file, widened on load by the kernel.
+    F16(Vec<F16Bits>),
+    /// Row-major bf16 bits as stored in the file, widened on load by the kernel.
+    BF16(Vec<BF16Bits>),
 }
 
 /// A weight matrix of `rows` output features × `cols` input features, as stored in GGUF
@@ -313,16 +317,16 @@ impl QMatrix {
                     .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
                     .collect(),
             ),
-            QDtype::F16 => QData::F32(
+            QDtype::F16 => QData::F16(
                 bytes
                     .chunks_exact(2)
-                    .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
+                    .map(|b| F16Bits(u16::from_le_bytes([b[0], b[1]])))
                     .collect(),
             ),
-            QDtype::BF16 => QData::F32(
+            QDtype::BF16 => QData::BF16(
                 bytes
                     .chunks_exact(2)
-                    .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+                    .map(|b| BF16Bits(u16::from_le_bytes([b[0], b[1]])))
                     .collect(),
             ),
             QDtype::Q4_1 => QData::Q4_1(PackedQ4_1::pack(bytes, rows, cols)),
@@ -400,7 +404,7 @@ impl QMatrix {
         self.cols
     }
 
-    /// The file's format (F16 and BF16 input is stored as F32).
+    /// The file's format.
     pub fn dtype(&self) -> QDtype {
         if let Some(b) = self.origin {
             return QDtype::Blocks(b);
@@ -410,6 +414,8 @@ impl QMatrix {
             QData::Q8_0(_) => QDtype::Q8_0,
             QData::Blocks(b) => QDtype::Blocks(b.block_type()),
             QData::F32(_) => QDtype::F32,
+            QData::F16(_) => QDtype::F16,
+            QData::BF16(_) => QDtype::BF16,
         }
     }
 
@@ -425,6 +431,8 @@ impl QMatrix {
             QData::Q8_0(p) => p.byte_size(),
             QData::Blocks(p) => p.byte_size(),
             QData::F32(v) => std::mem::size_of_val(v.as_slice()),
+            QData::F16(v) => std::mem::size_of_val(v.as_slice()),
+            QData::BF16(v) => std::mem::size_of_val(v.as_slice()),
         }
     }
 
@@ -445,6 +453,8 @@ impl QMatrix {
             QData::Q8_0(p) => p.ggml_bytes(0..self.rows, self.cols, &mut out),
             QData::Blocks(p) => p.ggml_bytes(0..self.rows, &mut out),
             QData::F32(v) => out.extend(v.iter().flat_map(|x| x.to_le_bytes())),
+            QData::F16(v) => out.extend(v.iter().flat_map(|x| x.0.to_le_bytes())),
+            QData::BF16(v) => out.extend(v.iter().flat_map(|x| x.0.to_le_bytes())),
         }
         out
     }
@@ -469,6 +479,8 @@ impl QMatrix {
             QData::Q8_0(p) => p.dequantize_row(row, self.cols, out),
             QData::Blocks(p) => p.dequantize_row(row, out),
             QData::F32(v) => out.copy_from_slice(&v[row * self.cols..(row + 1) * self.cols]),
+            QData::F16(v) => widen_row(&v[row * self.cols..(row + 1) * self.cols], out),
+            QData::BF16(v) => widen_row(&v[row * self.cols..(row + 1) * self.cols], out),
         }
         Ok(())
     }
@@ -535,6 +547,12 @@ impl QMatrix {
             bytes.extend(p.to_ggml_bytes());
         }
         QMatrix::from_ggml_bytes(dtype, &bytes, rows, cols)
+    }
+}
+
+fn widen_row<E: dense::Elem>(src: &[E], out: &mut [f32]) {
+    for (o, v) in out.iter_mut().zip(src) {
+        *o = v.widen();
     }
 }
 
@@ -633,6 +651,8 @@ pub fn matmul_on_path(
     let MatmulScratch { acts, acts_k, tmp } = scratch;
     let work = match &w.data {
         QData::F32(v) => Work::F32 { w: v, x },
+        QData::F16(v) => Work::F16 { w: v, x },
+        QData::BF16(v) => Work::BF16 { w: v, x },
         QData::Q4_1(p) => Work::Q4_1 {
             tiles: p.tiles(),
             acts: quantize_acts(path, x, t, cols, acts),
@@ -728,6 +748,14 @@ enum Work<'a> {
         w: &'a [f32],
         x: &'a [f32],
     },
+    F16 {
+        w: &'a [F16Bits],
+        x: &'a [f32],
+    },
+    BF16 {
+        w: &'a [BF16Bits],
+        x: &'a [f32],
+    },
 }
 
 /// One product to compute.
@@ -758,6 +786,12 @@ impl Job<'_> {
                     Work::F32 { w, x } => {
                         dense::run_avx2(w, self.rows, self.cols, x, groups, act_rows, sink)
                     }
+                    Work::F16 { w, x } => {
+                        dense::run_avx2(w, self.rows, self.cols, x, groups, act_rows, sink)
+                    }
+                    Work::BF16 { w, x } => {
+                        dense::run_avx2(w, self.rows, self.cols, x, groups, act_rows, sink)
+                    }
                 }
             }
             return;
@@ -767,6 +801,12 @@ impl Job<'_> {
             Work::Q8_0 { tiles, acts } => q8_0::run_scalar(tiles, nb, acts, groups, act_rows, sink),
             Work::Blocks { w, acts } => blocked::run(false, w, acts, groups, act_rows, sink),
             Work::F32 { w, x } => {
+                dense::run_scalar(w, self.rows, self.cols, x, groups, act_rows, sink)
+            }
+            Work::F16 { w, x } => {
+                dense::run_scalar(w, self.rows, self.cols, x, groups, act_rows, sink)
+            }
+            Work::BF16 { w, x } => {
                 dense::run_scalar(w, self.rows, self.cols, x, groups, act_rows, sink)
             }
         }
@@ -788,6 +828,7 @@ impl Job<'_> {
                 },
             ),
             Work::F32 { .. } => (GROUP * self.cols * 4, self.cols * 4),
+            Work::F16 { .. } | Work::BF16 { .. } => (GROUP * self.cols * 2, self.cols * 4),
         };
         let group_block = (L2_BLOCK_BYTES / group_bytes).max(1);
         let row_block = ((L1_BLOCK_BYTES / act_row_bytes) & !3).max(4);
@@ -881,6 +922,7 @@ impl Job<'_> {
             Work::Q8_0 { .. } => groups * nb * size_of::<q8_0::Q8_0x8>(),
             Work::Blocks { w, .. } => w.byte_size(),
             Work::F32 { .. } => self.rows * self.cols * 4,
+            Work::F16 { .. } | Work::BF16 { .. } => self.rows * self.cols * 2,
         }
     }
 }
