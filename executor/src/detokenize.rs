@@ -16,6 +16,10 @@ use crate::tokenizer::{ModelTokenizer, TokenizerError};
 /// The replacement character that a decoder writes for incomplete UTF-8.
 const REPLACEMENT: char = '\u{FFFD}';
 
+/// Prompt tokens kept as context before the first generated one
+/// ([`IncrementalDetokenizer::after_prompt`]).
+const PROMPT_CONTEXT: usize = 6;
+
 /// Streaming decoder state for one sequence.
 ///
 /// `ids[prefix_offset..read_offset]` is the last emitted window, decoded again each
@@ -30,6 +34,8 @@ pub struct IncrementalDetokenizer {
     prefix_offset: usize,
     read_offset: usize,
     skip_special: bool,
+    /// Leading `ids` that are prompt context, not pushed tokens.
+    context: usize,
 }
 
 impl IncrementalDetokenizer {
@@ -38,6 +44,24 @@ impl IncrementalDetokenizer {
         Self {
             skip_special,
             ..Self::default()
+        }
+    }
+
+    /// A fresh detokenizer for text that continues `prompt`: its last few tokens
+    /// are decoded as context but never emitted, as vLLM does. SentencePiece
+    /// decoding drops the word-boundary space of a sequence's first token, so
+    /// without context a generation's first word would lose its space
+    /// (`▁Paris` after "The capital of France is" would stream as "Paris"
+    /// where llama.cpp and vLLM give " Paris"). Byte-level BPE decodes the same
+    /// either way.
+    pub fn after_prompt(skip_special: bool, prompt: &[u32]) -> Self {
+        let context = &prompt[prompt.len().saturating_sub(PROMPT_CONTEXT)..];
+        Self {
+            ids: context.to_vec(),
+            prefix_offset: 0,
+            read_offset: context.len(),
+            skip_special,
+            context: context.len(),
         }
     }
 
@@ -99,9 +123,9 @@ impl IncrementalDetokenizer {
         Ok((!delta.is_empty()).then(|| delta.to_owned()))
     }
 
-    /// All token ids pushed so far.
+    /// All token ids pushed so far (the prompt context is not among them).
     pub fn ids(&self) -> &[u32] {
-        &self.ids
+        &self.ids[self.context..]
     }
 
     /// Number of pushed tokens whose text has not been emitted yet.

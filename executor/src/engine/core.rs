@@ -230,7 +230,7 @@ impl EngineCore {
             SeqState {
                 events,
                 rng: SeqRng::new(seed),
-                detok: IncrementalDetokenizer::new(true),
+                detok: IncrementalDetokenizer::after_prompt(true, request.prompt()),
                 stop: StopMatcher::new(params.stop.clone()),
                 stop_ids,
                 prompt_len: request.prompt().len(),

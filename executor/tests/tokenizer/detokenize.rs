@@ -202,3 +202,51 @@ fn sentencepiece_random_sequences_concatenate_to_the_full_decode() {
         }
     }
 }
+
+/// The deltas of `generated` streamed after `prompt`, concatenated (flush included).
+fn stream_after(tok: &ModelTokenizer, prompt: &[u32], generated: &[u32]) -> String {
+    let mut detok = IncrementalDetokenizer::after_prompt(true, prompt);
+    let mut out = String::new();
+    for &id in generated {
+        out.extend(detok.push(tok, id).unwrap());
+    }
+    out.extend(detok.flush(tok).unwrap());
+    assert_eq!(
+        detok.ids(),
+        generated,
+        "the prompt context is not a pushed id"
+    );
+    out
+}
+
+#[test]
+fn a_generation_keeps_the_space_of_its_first_sentencepiece_word() {
+    // SentencePiece decoding drops the word-boundary space of a sequence's
+    // first token; a generation is not a sequence's start, so its first word
+    // keeps its space (" Paris"), as llama.cpp and vLLM stream it.
+    let tok = llama_spm();
+    let prompt = tok.encode("The capital of France is").unwrap();
+    let full = tok
+        .encode("The capital of France is Paris, of course.")
+        .unwrap();
+    assert_eq!(&full[..prompt.len()], prompt.as_slice());
+    let generated = &full[prompt.len()..];
+    assert_eq!(stream_after(tok, &prompt, generated), " Paris, of course.");
+    // Without the prompt as context the space is lost: what this guards against.
+    let (alone, _) = stream(tok, generated, true);
+    assert_eq!(alone.concat(), "Paris, of course.");
+    // An empty prompt behaves as no context.
+    assert_eq!(stream_after(tok, &[], generated), "Paris, of course.");
+}
+
+#[test]
+fn byte_level_generations_stream_the_same_with_or_without_the_prompt() {
+    let tok = tokenizer();
+    let prompt = tok.encode("Count: one, two,").unwrap();
+    let full = tok.encode("Count: one, two, three — 四五 😀!").unwrap();
+    assert_eq!(&full[..prompt.len()], prompt.as_slice());
+    let generated = &full[prompt.len()..];
+    let (alone, _) = stream(tok, generated, true);
+    assert_eq!(stream_after(tok, &prompt, generated), alone.concat());
+    assert_eq!(alone.concat(), " three — 四五 😀!");
+}
