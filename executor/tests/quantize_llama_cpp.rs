@@ -22,6 +22,8 @@
 
 #[path = "llama_cpp/arch_parity.rs"]
 mod arch_parity;
+#[path = "llama_cpp/common.rs"]
+mod common;
 #[path = "llama_cpp/parity.rs"]
 mod parity;
 

@@ -37,13 +37,13 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use candle_core::Device;
-use candle_core::quantized::{QStorage, QTensor, gguf_file};
+use candle_core::quantized::gguf_file;
 use serde_json::Value;
 use stoker_executor::model::{ForwardChunk, KvStorage, Workspace};
 use stoker_executor::{BLOCK_SIZE, BlockId, LoadOptions, Model};
 
-use super::{Source, load_sources, manifest, requantize, sha256_hex};
+use super::common::{self, argmax, score};
+use super::{Source, load_sources, manifest};
 
 /// Largest log-probability gap (llama.cpp's, nats) of a near-tie: the target is that
 /// every top-1 disagreement is one.
@@ -79,15 +79,6 @@ fn read_fixture(p: PathBuf) -> Value {
     .unwrap()
 }
 
-/// Bytes in an 8-byte-aligned buffer (candle reads f32 and f16 data in place).
-fn aligned(bytes: &[u8]) -> Vec<u64> {
-    let mut v = vec![0u64; bytes.len().div_ceil(8)];
-    // SAFETY: `v` holds at least `bytes.len()` bytes; u8 has no alignment needs.
-    let dst = unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), bytes.len()) };
-    dst.copy_from_slice(bytes);
-    v
-}
-
 /// Writes the file of manifest entry `entry`, rebuilt from the source tensors, and
 /// checks every tensor against llama.cpp's hash.
 fn rebuild(
@@ -97,60 +88,9 @@ fn rebuild(
     content: &gguf_file::Content,
     dir: &std::path::Path,
 ) -> PathBuf {
-    let mut tensors: Vec<(String, QTensor)> = Vec::new();
-    for t in entry["tensors"].as_array().unwrap() {
-        let name = t["name"].as_str().unwrap();
-        let tname = t["type"].as_str().unwrap();
-        let src = &sources[name];
-        let bytes = requantize(src, tname)
-            .unwrap_or_else(|| panic!("{ty}: {name} is {tname}, which stoker does not write"))
-            .unwrap_or_else(|e| panic!("{ty}: {name}: {e}"));
-        assert_eq!(
-            sha256_hex(&bytes),
-            t["sha256"].as_str().unwrap(),
-            "{ty}: {name} ({tname}) differs from llama-quantize's"
-        );
-        let dtype = stoker_executor::quantize::parse_type(tname).unwrap();
-        let ggml = ggml_dtype(dtype);
-        let buf = aligned(&bytes);
-        // SAFETY: `buf` holds `bytes.len()` initialised bytes.
-        let view = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), bytes.len()) };
-        let storage =
-            QStorage::from_data(std::borrow::Cow::Borrowed(view), &Device::Cpu, ggml).unwrap();
-        tensors.push((
-            name.to_string(),
-            QTensor::new(storage, src.shape.clone()).unwrap(),
-        ));
-    }
-    let mut md: Vec<(&String, &gguf_file::Value)> = content.metadata.iter().collect();
-    md.sort_by(|a, b| a.0.cmp(b.0));
-    let md: Vec<(&str, &gguf_file::Value)> = md.into_iter().map(|(k, v)| (k.as_str(), v)).collect();
-    let refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let path = dir.join(format!("SmolLM2-135M-Instruct.{ty}.gguf"));
-    let mut f = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
-    gguf_file::write(&mut f, &md, &refs).unwrap();
-    drop(f);
+    common::rebuild(ty, entry, sources, content, &path);
     path
-}
-
-fn ggml_dtype(d: stoker_executor::kernels::QDtype) -> candle_core::quantized::GgmlDType {
-    use candle_core::quantized::GgmlDType as G;
-    use stoker_executor::kernels::{BlockType as B, QDtype as Q};
-    match d {
-        Q::F32 => G::F32,
-        Q::F16 => G::F16,
-        Q::BF16 => G::BF16,
-        Q::Q4_1 => G::Q4_1,
-        Q::Q8_0 => G::Q8_0,
-        Q::Blocks(B::Q4_0) => G::Q4_0,
-        Q::Blocks(B::Q5_0) => G::Q5_0,
-        Q::Blocks(B::Q5_1) => G::Q5_1,
-        Q::Blocks(B::Q2K) => G::Q2K,
-        Q::Blocks(B::Q3K) => G::Q3K,
-        Q::Blocks(B::Q4K) => G::Q4K,
-        Q::Blocks(B::Q5K) => G::Q5K,
-        Q::Blocks(B::Q6K) => G::Q6K,
-    }
 }
 
 fn blocks(n: usize, first: u32) -> Vec<BlockId> {
@@ -209,7 +149,7 @@ fn greedy(model: &Model, prompts: &[Vec<u32>], n: usize) -> Vec<Vec<u32>> {
         let logits = model.forward(&chunks, &mut kv, &mut ws).unwrap();
         for (&i, l) in live.iter().zip(&logits) {
             fed[i] = seqs[i].len();
-            let next = argmax(l);
+            let next = argmax(l) as u32;
             seqs[i].push(next);
             out[i].push(next);
             if stops.contains(&next) {
@@ -218,95 +158,6 @@ fn greedy(model: &Model, prompts: &[Vec<u32>], n: usize) -> Vec<Vec<u32>> {
         }
     }
     out
-}
-
-fn argmax(l: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in l.iter().enumerate() {
-        if v > l[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
-
-fn log_softmax(l: &[f32]) -> Vec<f64> {
-    let m = l.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
-    let lse = m + l.iter().map(|&v| (v as f64 - m).exp()).sum::<f64>().ln();
-    l.iter().map(|&v| v as f64 - lse).collect()
-}
-
-struct Scores {
-    kld: f64,
-    max_kld: f64,
-    agree: usize,
-    near_ties: Vec<f64>,
-    /// (gap in nats, description) of disagreements that are not near-ties.
-    far: Vec<(f64, String)>,
-    positions: usize,
-}
-
-fn score(fix: &Value, ours: &[Vec<f32>]) -> Scores {
-    let positions = fix["positions"].as_array().unwrap();
-    assert_eq!(positions.len(), ours.len());
-    let mut s = Scores {
-        kld: 0.0,
-        max_kld: 0.0,
-        agree: 0,
-        near_ties: Vec::new(),
-        far: Vec::new(),
-        positions: positions.len(),
-    };
-    for (i, (p, l)) in positions.iter().zip(ours).enumerate() {
-        let ids: Vec<usize> = p["top_ids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_u64().unwrap() as usize)
-            .collect();
-        let lps: Vec<f64> = p["top_logprobs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_f64().unwrap())
-            .collect();
-        let rest = p["rest"].as_f64().unwrap().max(0.0);
-        let q = log_softmax(l);
-        let mut kld = 0.0;
-        let mut q_top = 0.0;
-        for (&id, &lp) in ids.iter().zip(&lps) {
-            kld += lp.exp() * (lp - q[id]);
-            q_top += q[id].exp();
-        }
-        let q_rest = (1.0 - q_top).max(1e-300);
-        if rest > 0.0 {
-            kld += rest * (rest.ln() - q_rest.ln());
-        }
-        s.kld += kld;
-        s.max_kld = s.max_kld.max(kld);
-        let pick = argmax(l) as usize;
-        if pick == ids[0] {
-            s.agree += 1;
-        } else {
-            match ids.iter().position(|&id| id == pick) {
-                Some(k) if lps[0] - lps[k] <= NEAR_TIE => s.near_ties.push(lps[0] - lps[k]),
-                Some(k) => s.far.push((
-                    lps[0] - lps[k],
-                    format!(
-                        "position {i}: picked {pick}, {:.3} nats below llama.cpp's top-1 {}",
-                        lps[0] - lps[k],
-                        ids[0]
-                    ),
-                )),
-                None => s.far.push((
-                    f64::INFINITY,
-                    format!("position {i}: picked {pick}, outside llama.cpp's top 64"),
-                )),
-            }
-        }
-    }
-    s.kld /= s.positions as f64;
-    s
 }
 
 /// Mean KL(a ‖ b) between two llama.cpp runs, both known by their top 64 and
@@ -402,13 +253,14 @@ fn every_type_agrees_with_llama_cpp_teacher_forced() {
             .map(|v| v.as_u64().unwrap() as u32)
             .collect();
         let ours = teacher_forced(&model, &tokens);
-        let s = score(&fix, &ours);
+        let all: Vec<usize> = (0..ours.len()).collect();
+        let s = score(&fix, &all, &ours, NEAR_TIE);
         let cpu2 = fixture_cpu2(ty);
         assert_eq!(
             cpu2["tokens"], fix["tokens"],
             "{ty}: the two runs scored other tokens"
         );
-        let s2 = score(&cpu2, &ours);
+        let s2 = score(&cpu2, &all, &ours, NEAR_TIE);
         let vocab = model.tokenizer.vocab_size();
         let (a_b, b_a) = (cross_kld(&fix, &cpu2, vocab), cross_kld(&cpu2, &fix, vocab));
         if !within_llama_cpp_spread(s.kld, s2.kld, a_b, b_a) {
