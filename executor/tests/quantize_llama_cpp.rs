@@ -93,12 +93,19 @@ pub fn manifest() -> serde_json::Value {
 /// Every tensor of the source model, with the file's metadata.
 pub fn load_sources() -> (BTreeMap<String, Source>, gguf_file::Content) {
     let model = model_path();
-    let mut file = std::fs::File::open(&model).unwrap_or_else(|e| {
+    let file = std::fs::File::open(&model).unwrap_or_else(|e| {
         panic!(
             "{}: {e} (scripts/fetch-model.sh fetches it)",
             model.display()
         )
     });
+    sources_from(file)
+}
+
+/// Every tensor of a GGUF file, with its metadata.
+pub fn sources_from<R: std::io::Read + std::io::Seek>(
+    mut file: R,
+) -> (BTreeMap<String, Source>, gguf_file::Content) {
     let content = gguf_file::Content::read(&mut file).unwrap();
     let mut sources: BTreeMap<String, Source> = BTreeMap::new();
     for name in content.tensor_infos.keys() {

@@ -68,15 +68,12 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use candle_core::Device;
 use candle_core::quantized::gguf_file;
 use serde_json::Value;
-use stoker_executor::kernels::QDtype;
-use stoker_executor::model::{ForwardChunk, KvStorage, Workspace};
-use stoker_executor::{BLOCK_SIZE, BlockId, LoadOptions, Model};
+use stoker_executor::{LoadOptions, Model};
 
-use super::common::{rebuild, score};
-use super::{Source, sha256_hex};
+use super::common::{rebuild, score, teacher_forced};
+use super::{Source, sha256_hex, sources_from};
 
 /// The architectures of the fixtures, all required.
 const ARCHS: [&str; 7] = [
@@ -144,45 +141,7 @@ fn load_source(arch: &str, entry: &Value) -> (BTreeMap<String, Source>, gguf_fil
         "{arch}: {} is not the file llama.cpp's fixtures were made from; {HOW_TO_MAKE_SOURCES}",
         path.display()
     );
-    let mut cursor = std::io::Cursor::new(bytes);
-    let content = gguf_file::Content::read(&mut cursor).unwrap();
-    let mut sources = BTreeMap::new();
-    for name in content.tensor_infos.keys() {
-        let qt = content.tensor(&mut cursor, name, &Device::Cpu).unwrap();
-        let dims = qt.shape().dims();
-        sources.insert(
-            name.clone(),
-            Source {
-                dtype: QDtype::try_from(qt.dtype()).unwrap(),
-                ggml: qt.dtype(),
-                shape: dims.to_vec(),
-                bytes: qt.data().unwrap().into_owned(),
-                cols: *dims.last().unwrap(),
-            },
-        );
-    }
-    (sources, content)
-}
-
-/// stoker's logits after `tokens[0..=i]` for every `i` of `scored`, all tokens in
-/// one step.
-fn teacher_forced(model: &Model, tokens: &[u32], scored: &[usize]) -> Vec<Vec<f32>> {
-    let table: Vec<BlockId> = (0..tokens.len().div_ceil(BLOCK_SIZE) as u32)
-        .map(BlockId)
-        .collect();
-    let mut kv = KvStorage::new(&model.config, table.len());
-    let chunks: Vec<ForwardChunk<'_>> = (0..tokens.len())
-        .map(|i| ForwardChunk {
-            tokens: &tokens[i..i + 1],
-            start_pos: i,
-            block_table: &table,
-            logits: scored.binary_search(&i).is_ok(),
-            prompt_len: 0,
-        })
-        .collect();
-    model
-        .forward(&chunks, &mut kv, &mut Workspace::default())
-        .unwrap()
+    sources_from(std::io::Cursor::new(bytes))
 }
 
 fn ids(v: &Value) -> Vec<usize> {

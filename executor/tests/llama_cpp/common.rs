@@ -10,6 +10,8 @@ use candle_core::quantized::{QStorage, QTensor, gguf_file};
 use rayon::prelude::*;
 use serde_json::Value;
 use stoker_executor::kernels::QDtype;
+use stoker_executor::model::{ForwardChunk, KvStorage, Workspace};
+use stoker_executor::{BLOCK_SIZE, BlockId, Model};
 
 use super::{Source, requantize, sha256_hex};
 
@@ -183,4 +185,25 @@ pub fn score(fix: &Value, scored: &[usize], ours: &[Vec<f32>], near_tie: f64) ->
     }
     s.kld /= s.positions as f64;
     s
+}
+
+/// stoker's logits after `tokens[0..=i]` for every `i` of `scored`, all tokens in
+/// one step.
+pub fn teacher_forced(model: &Model, tokens: &[u32], scored: &[usize]) -> Vec<Vec<f32>> {
+    let table: Vec<BlockId> = (0..tokens.len().div_ceil(BLOCK_SIZE) as u32)
+        .map(BlockId)
+        .collect();
+    let mut kv = KvStorage::new(&model.config, table.len());
+    let chunks: Vec<ForwardChunk<'_>> = (0..tokens.len())
+        .map(|i| ForwardChunk {
+            tokens: &tokens[i..i + 1],
+            start_pos: i,
+            block_table: &table,
+            logits: scored.binary_search(&i).is_ok(),
+            prompt_len: 0,
+        })
+        .collect();
+    model
+        .forward(&chunks, &mut kv, &mut Workspace::default())
+        .unwrap()
 }

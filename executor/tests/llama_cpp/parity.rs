@@ -99,24 +99,6 @@ fn blocks(n: usize, first: u32) -> Vec<BlockId> {
         .collect()
 }
 
-/// stoker's logits after every prefix of `tokens`, in one step.
-fn teacher_forced(model: &Model, tokens: &[u32]) -> Vec<Vec<f32>> {
-    let table = blocks(tokens.len(), 0);
-    let mut kv = KvStorage::new(&model.config, table.len());
-    let chunks: Vec<ForwardChunk<'_>> = (0..tokens.len())
-        .map(|i| ForwardChunk {
-            tokens: &tokens[i..i + 1],
-            start_pos: i,
-            block_table: &table,
-            logits: true,
-            prompt_len: 0,
-        })
-        .collect();
-    model
-        .forward(&chunks, &mut kv, &mut Workspace::default())
-        .unwrap()
-}
-
 /// Greedy generation (ties to the lower id) of up to `n` tokens for each prompt,
 /// all prompts in each step, stopping after an end-of-generation token.
 fn greedy(model: &Model, prompts: &[Vec<u32>], n: usize) -> Vec<Vec<u32>> {
@@ -252,8 +234,8 @@ fn every_type_agrees_with_llama_cpp_teacher_forced() {
             .iter()
             .map(|v| v.as_u64().unwrap() as u32)
             .collect();
-        let ours = teacher_forced(&model, &tokens);
-        let all: Vec<usize> = (0..ours.len()).collect();
+        let all: Vec<usize> = (0..tokens.len()).collect();
+        let ours = common::teacher_forced(&model, &tokens, &all);
         let s = score(&fix, &all, &ours, NEAR_TIE);
         let cpu2 = fixture_cpu2(ty);
         assert_eq!(

@@ -53,6 +53,14 @@ struct Family {
     ends: &'static str,
 }
 
+/// The conversation in ChatML, as both Qwen templates render it.
+const CHATML: &[&str] = &[
+    "<|im_start|>system\nYou are terse.<|im_end|>\n",
+    "<|im_start|>user\nHi there<|im_end|>\n",
+    "<|im_start|>assistant\nHello!<|im_end|>\n",
+    "<|im_start|>user\nCount to three.<|im_end|>\n",
+];
+
 const FAMILIES: &[Family] = &[
     Family {
         file: "llama3.gguf",
@@ -74,12 +82,7 @@ const FAMILIES: &[Family] = &[
         arch: "qwen2",
         system: true,
         bos: None,
-        pieces: &[
-            "<|im_start|>system\nYou are terse.<|im_end|>\n",
-            "<|im_start|>user\nHi there<|im_end|>\n",
-            "<|im_start|>assistant\nHello!<|im_end|>\n",
-            "<|im_start|>user\nCount to three.<|im_end|>\n",
-        ],
+        pieces: CHATML,
         specials: &["<|im_start|>", "<|im_end|>"],
         ends: "<|im_start|>assistant\n",
     },
@@ -88,12 +91,7 @@ const FAMILIES: &[Family] = &[
         arch: "qwen3",
         system: true,
         bos: None,
-        pieces: &[
-            "<|im_start|>system\nYou are terse.<|im_end|>\n",
-            "<|im_start|>user\nHi there<|im_end|>\n",
-            "<|im_start|>assistant\nHello!<|im_end|>\n",
-            "<|im_start|>user\nCount to three.<|im_end|>\n",
-        ],
+        pieces: CHATML,
         specials: &["<|im_start|>", "<|im_end|>"],
         ends: "<|im_start|>assistant\n",
     },
