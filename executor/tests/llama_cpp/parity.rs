@@ -198,7 +198,12 @@ fn every_type_agrees_with_llama_cpp_teacher_forced() {
     let target = baseline / 10.0;
     let bound = target * KLD_SLACK;
     let (sources, content) = load_sources();
-    let dir = std::env::temp_dir().join(format!("stoker-parity-{}", std::process::id()));
+    // `STOKER_PARITY_KEEP=DIR` keeps the rebuilt files there (llama-quantize's files,
+    // byte for byte: what `scripts/bench-llama-cpp.sh` measures).
+    let keep = std::env::var_os("STOKER_PARITY_KEEP").map(PathBuf::from);
+    let dir = keep.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("stoker-parity-{}", std::process::id()))
+    });
     std::fs::create_dir_all(&dir).unwrap();
     let mut failures = Vec::new();
     let mut rows = Vec::new();
@@ -226,7 +231,9 @@ fn every_type_agrees_with_llama_cpp_teacher_forced() {
         };
         let model = Model::load(&path, opts)
             .unwrap_or_else(|e| panic!("{ty}: stoker refuses llama.cpp's file: {e}"));
-        std::fs::remove_file(&path).unwrap();
+        if keep.is_none() {
+            std::fs::remove_file(&path).unwrap();
+        }
         let fix = fixture(ty);
         let tokens: Vec<u32> = fix["tokens"]
             .as_array()
@@ -313,7 +320,9 @@ fn every_type_agrees_with_llama_cpp_teacher_forced() {
             }
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    if keep.is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     eprintln!(
         "baseline KL(F16 || Q4_K_M), llama.cpp's own files: {baseline:.6}\n{}",
         rows.join("\n")
