@@ -1,5 +1,6 @@
-//! Matrices in ggml's other block formats (Q4_0, Q5_0, Q5_1, Q2_K … Q6_K) and their
-//! product with quantized activations.
+//! Matrices in ggml's other block formats (Q5_1, Q2_K … Q6_K) and their product with
+//! quantized activations. (Q4_0 and Q5_0 are decoded by the same `blocks` code, but
+//! held and multiplied in their own tiles, `qx_0`.)
 //!
 //! Storage is the file's own bytes, row-major, one row after another: the formats are
 //! read in place, never requantized, so a `_M` file's mix of types keeps each tensor's
@@ -93,6 +94,16 @@ pub(crate) fn run(
 ) {
     #[cfg(target_arch = "x86_64")]
     if avx2 {
+        if let BlockActs::K(a) = acts
+            && act_rows.len() == 1
+            && super::k_row::handles(w.ty)
+        {
+            let (i, nb) = (act_rows.start, w.row_bytes / w.ty.block_bytes());
+            let a = &a[i * nb..(i + 1) * nb];
+            // SAFETY: as below.
+            unsafe { super::k_row::run(w.ty, |r| w.row(r), w.rows(), a, groups, i, sink) };
+            return;
+        }
         // SAFETY: callers pass `avx2 = true` only after runtime detection (see `dispatch`).
         unsafe { avx2_path::run(w, acts, groups, act_rows, sink) };
         return;

@@ -335,37 +335,3 @@ pub(crate) fn dequantize_row(ty: BlockType, bytes: &[u8], out: &mut [f32]) {
         }
     }
 }
-
-/// Bytes of a Q8_0 block (`d` then 32 signed quants).
-pub(crate) const Q8_0_BYTES: usize = 34;
-
-/// Re-expresses a Q4_0 or Q5_0 block as the Q8_0 block of the same values:
-/// `d·(q − offset)` is `d·q8` with `q8 = q − offset` in −16..16. Exact.
-pub(crate) fn legacy_to_q8_0(ty: BlockType, b: &[u8], out: &mut [u8]) {
-    let mut u = Unpacked32::default();
-    unpack32(ty, b, &mut u);
-    out[..2].copy_from_slice(&b[..2]);
-    for (o, &q) in out[2..Q8_0_BYTES].iter_mut().zip(&u.q) {
-        *o = (q as i32 - u.offset) as i8 as u8;
-    }
-}
-
-/// The inverse of [`legacy_to_q8_0`] (a Q8_0 block whose quants fit the format).
-pub(crate) fn q8_0_to_legacy(ty: BlockType, q8: &[u8], out: &mut Vec<u8>) {
-    let offset = if ty == BlockType::Q4_0 { 8 } else { 16 };
-    let v: Vec<u8> = q8[2..Q8_0_BYTES]
-        .iter()
-        .map(|&q| (q as i8 as i32 + offset) as u8)
-        .collect();
-    out.extend_from_slice(&q8[..2]);
-    if ty == BlockType::Q5_0 {
-        let mut qh = 0u32;
-        for (j, &x) in v.iter().enumerate() {
-            qh |= u32::from(x >> 4) << j;
-        }
-        out.extend_from_slice(&qh.to_le_bytes());
-    }
-    for j in 0..16 {
-        out.push((v[j] & 0x0f) | ((v[j + 16] & 0x0f) << 4));
-    }
-}

@@ -2,8 +2,9 @@
 //!
 //! This module owns the weight matrices ([`QMatrix`], built from GGUF tensors or raw ggml
 //! block bytes) and the product `out = x · Wᵀ` ([`matmul`]) for a batch of `t` activation
-//! rows. Formats: ggml Q4_1 (the model's layer weights), Q8_0 (its token embedding and tied
-//! output head) and plain f32.
+//! rows. Formats: ggml Q4_1, Q8_0, Q4_0 and Q5_0 in 8-row tiles with their own kernels
+//! (`q4_1`, `q8_0`, `qx_0`), the other block formats as stored (`blocked`; one
+//! activation row against Q4_K/Q5_K/Q6_K in `k_row`), and f32, f16 and bf16 (`dense`).
 //!
 //! Numerics follow ggml: each activation row is quantized per block of 32 values exactly
 //! like `quantize_row_q8_1` (Q8_1 for Q4_1 weights, the same quants without the sum for
@@ -45,10 +46,12 @@ mod blocked;
 mod blocks;
 mod blocks_avx2;
 mod dense;
+mod k_row;
 mod q4_1;
 mod q8_0;
 mod q8k;
 mod quant;
+mod qx_0;
 
 use std::cell::RefCell;
 use std::fmt;
@@ -65,6 +68,7 @@ pub use dense::{BF16Bits, F16Bits};
 pub use dispatch::{KernelPath, kernel_path};
 pub use q4_1::PackedQ4_1;
 pub use q8_0::PackedQ8_0;
+pub use qx_0::{PackedQ4_0, PackedQ5_0};
 
 use blocked::BlockActs;
 use q8k::Q8KBlock;
@@ -72,14 +76,18 @@ use quant::{Q8Block, QK};
 
 /// Weight rows computed together by one kernel step (the tile height of every format).
 const GROUP: usize = 8;
-const _: () = assert!(q4_1::GROUP == GROUP && q8_0::GROUP == GROUP && dense::GROUP == GROUP);
+const _: () = assert!(
+    q4_1::GROUP == GROUP && q8_0::GROUP == GROUP && qx_0::GROUP == GROUP && dense::GROUP == GROUP
+);
 
 /// Products estimated to take less than this many nanoseconds on one core run on the
-/// calling thread. A fork/join costs microseconds when the pool is idle, but on a shared
+/// calling thread. A fork/join costs microseconds when the pool is idle, and on a shared
 /// machine a pool thread preempted in the middle of its task holds up the whole call for a
-/// scheduler slice (milliseconds), so only products long enough to amortize that risk are
-/// split.
-pub const PAR_MIN_NS: usize = 100_000;
+/// scheduler slice, so tiny products are not split. Measured on a single-sequence decode
+/// of SmolLM2 Q4_K_M on 2 cores: at 100 µs every layer product ran on one core (135
+/// tok/s); at 20 µs all of them but the smallest are split (194-210 tok/s); 5 and 10 µs
+/// gave no more.
+pub const PAR_MIN_NS: usize = 20_000;
 /// One core's throughput assumed by that estimate: weight bytes streamed from memory per
 /// nanosecond (8 GB/s) and multiply-adds per nanosecond (50 GMAC/s, about 100 GFLOP/s).
 const SEQ_BYTES_PER_NS: usize = 8;
@@ -243,6 +251,10 @@ pub enum QData {
     Q4_1(PackedQ4_1),
     /// Q8_0 blocks in 8-row tiles.
     Q8_0(PackedQ8_0),
+    /// Q4_0 blocks in 8-row tiles.
+    Q4_0(PackedQ4_0),
+    /// Q5_0 blocks in 8-row tiles.
+    Q5_0(PackedQ5_0),
     /// Other ggml blocks, row-major as stored.
     Blocks(PackedBlocks),
     /// Row-major f32, `rows × cols`.
@@ -260,10 +272,6 @@ pub struct QMatrix {
     rows: usize,
     cols: usize,
     data: QData,
-    /// The file's format when the weights are held in another one: Q4_0 and Q5_0 are
-    /// held as the Q8_0 tiles of the same values (exact), so they run on the Q8_0
-    /// kernel instead of decoding 32 weights per block at every step.
-    origin: Option<BlockType>,
 }
 
 impl fmt::Debug for QMatrix {
@@ -331,29 +339,11 @@ impl QMatrix {
             ),
             QDtype::Q4_1 => QData::Q4_1(PackedQ4_1::pack(bytes, rows, cols)),
             QDtype::Q8_0 => QData::Q8_0(PackedQ8_0::pack(bytes, rows, cols)),
-            QDtype::Blocks(b @ (BlockType::Q4_0 | BlockType::Q5_0)) => {
-                let mut q8 = vec![0u8; rows * cols / QK * blocks::Q8_0_BYTES];
-                for (src, dst) in bytes
-                    .chunks_exact(b.block_bytes())
-                    .zip(q8.chunks_exact_mut(blocks::Q8_0_BYTES))
-                {
-                    blocks::legacy_to_q8_0(b, src, dst);
-                }
-                return Ok(QMatrix {
-                    rows,
-                    cols,
-                    data: QData::Q8_0(PackedQ8_0::pack(&q8, rows, cols)),
-                    origin: Some(b),
-                });
-            }
+            QDtype::Blocks(BlockType::Q4_0) => QData::Q4_0(PackedQ4_0::pack(bytes, rows, cols)),
+            QDtype::Blocks(BlockType::Q5_0) => QData::Q5_0(PackedQ5_0::pack(bytes, rows, cols)),
             QDtype::Blocks(b) => QData::Blocks(PackedBlocks::pack(b, bytes, cols)),
         };
-        Ok(QMatrix {
-            rows,
-            cols,
-            data,
-            origin: None,
-        })
+        Ok(QMatrix { rows, cols, data })
     }
 
     /// Builds a matrix from a 2-D candle tensor read from GGUF (shape `[rows, cols]`).
@@ -390,7 +380,6 @@ impl QMatrix {
             rows,
             cols,
             data: QData::F32(values),
-            origin: None,
         })
     }
 
@@ -406,12 +395,11 @@ impl QMatrix {
 
     /// The file's format.
     pub fn dtype(&self) -> QDtype {
-        if let Some(b) = self.origin {
-            return QDtype::Blocks(b);
-        }
         match &self.data {
             QData::Q4_1(_) => QDtype::Q4_1,
             QData::Q8_0(_) => QDtype::Q8_0,
+            QData::Q4_0(_) => QDtype::Blocks(BlockType::Q4_0),
+            QData::Q5_0(_) => QDtype::Blocks(BlockType::Q5_0),
             QData::Blocks(b) => QDtype::Blocks(b.block_type()),
             QData::F32(_) => QDtype::F32,
             QData::F16(_) => QDtype::F16,
@@ -429,6 +417,8 @@ impl QMatrix {
         match &self.data {
             QData::Q4_1(p) => p.byte_size(),
             QData::Q8_0(p) => p.byte_size(),
+            QData::Q4_0(p) => p.byte_size(),
+            QData::Q5_0(p) => p.byte_size(),
             QData::Blocks(p) => p.byte_size(),
             QData::F32(v) => std::mem::size_of_val(v.as_slice()),
             QData::F16(v) => std::mem::size_of_val(v.as_slice()),
@@ -440,17 +430,11 @@ impl QMatrix {
     /// [`QMatrix::from_ggml_bytes`] with [`QMatrix::dtype`]).
     pub fn to_ggml_bytes(&self) -> Vec<u8> {
         let mut out = Vec::new();
-        if let (Some(b), QData::Q8_0(p)) = (self.origin, &self.data) {
-            let mut q8 = Vec::new();
-            p.ggml_bytes(0..self.rows, self.cols, &mut q8);
-            for block in q8.chunks_exact(blocks::Q8_0_BYTES) {
-                blocks::q8_0_to_legacy(b, block, &mut out);
-            }
-            return out;
-        }
         match &self.data {
             QData::Q4_1(p) => p.ggml_bytes(0..self.rows, self.cols, &mut out),
             QData::Q8_0(p) => p.ggml_bytes(0..self.rows, self.cols, &mut out),
+            QData::Q4_0(p) => p.ggml_bytes(0..self.rows, self.cols, &mut out),
+            QData::Q5_0(p) => p.ggml_bytes(0..self.rows, self.cols, &mut out),
             QData::Blocks(p) => p.ggml_bytes(0..self.rows, &mut out),
             QData::F32(v) => out.extend(v.iter().flat_map(|x| x.to_le_bytes())),
             QData::F16(v) => out.extend(v.iter().flat_map(|x| x.0.to_le_bytes())),
@@ -477,6 +461,8 @@ impl QMatrix {
         match &self.data {
             QData::Q4_1(p) => p.dequantize_row(row, self.cols, out),
             QData::Q8_0(p) => p.dequantize_row(row, self.cols, out),
+            QData::Q4_0(p) => p.dequantize_row(row, self.cols, out),
+            QData::Q5_0(p) => p.dequantize_row(row, self.cols, out),
             QData::Blocks(p) => p.dequantize_row(row, out),
             QData::F32(v) => out.copy_from_slice(&v[row * self.cols..(row + 1) * self.cols]),
             QData::F16(v) => widen_row(&v[row * self.cols..(row + 1) * self.cols], out),
@@ -503,7 +489,6 @@ impl QMatrix {
             rows: self.rows,
             cols: self.cols,
             data: QData::F32(values),
-            origin: None,
         }
     }
 
@@ -661,9 +646,17 @@ pub fn matmul_on_path(
             tiles: p.tiles(),
             acts: quantize_acts(path, x, t, cols, acts),
         },
+        QData::Q4_0(p) => Work::Q4_0 {
+            tiles: p.tiles(),
+            acts: quantize_acts(path, x, t, cols, acts),
+        },
+        QData::Q5_0(p) => Work::Q5_0 {
+            tiles: p.tiles(),
+            acts: quantize_acts(path, x, t, cols, acts),
+        },
         QData::Blocks(p) if p.block_type().is_k() => Work::Blocks {
             w: p,
-            acts: BlockActs::K(quantize_acts_k(x, t, cols, acts_k)),
+            acts: BlockActs::K(quantize_acts_k(path, x, t, cols, acts_k)),
         },
         QData::Blocks(p) => Work::Blocks {
             w: p,
@@ -708,6 +701,7 @@ fn quantize_acts<'s>(
 
 /// Quantizes the `t` rows of `x` into 256-value super-blocks (for the K-quants).
 fn quantize_acts_k<'s>(
+    path: KernelPath,
     x: &[f32],
     t: usize,
     cols: usize,
@@ -718,13 +712,14 @@ fn quantize_acts_k<'s>(
         acts.resize(t * nb, Q8KBlock::default());
     }
     let acts = &mut acts[..t * nb];
+    let avx2 = path == KernelPath::Avx2;
     if t >= ACT_SPLIT_MIN_T && rayon::current_num_threads() > 1 {
         let per = t.div_ceil(rayon::current_num_threads() * TASKS_PER_THREAD);
         acts.par_chunks_mut(per * nb)
             .zip(x.par_chunks(per * cols))
-            .for_each(|(a, x)| q8k::quantize_row(x, a));
+            .for_each(|(a, x)| q8k::quantize_row(avx2, x, a));
     } else {
-        q8k::quantize_row(x, acts);
+        q8k::quantize_row(avx2, x, acts);
     }
     acts
 }
@@ -738,6 +733,14 @@ enum Work<'a> {
     },
     Q8_0 {
         tiles: &'a [q8_0::Q8_0x8],
+        acts: &'a [Q8Block],
+    },
+    Q4_0 {
+        tiles: &'a [qx_0::Q4_0x8],
+        acts: &'a [Q8Block],
+    },
+    Q5_0 {
+        tiles: &'a [qx_0::Q5_0x8],
         acts: &'a [Q8Block],
     },
     Blocks {
@@ -782,6 +785,12 @@ impl Job<'_> {
                     Work::Q8_0 { tiles, acts } => {
                         q8_0::run_avx2(tiles, nb, acts, groups, act_rows, sink)
                     }
+                    Work::Q4_0 { tiles, acts } => {
+                        qx_0::run_avx2(tiles, nb, acts, groups, act_rows, sink)
+                    }
+                    Work::Q5_0 { tiles, acts } => {
+                        qx_0::run_avx2(tiles, nb, acts, groups, act_rows, sink)
+                    }
                     Work::Blocks { w, acts } => blocked::run(true, w, acts, groups, act_rows, sink),
                     Work::F32 { w, x } => {
                         dense::run_avx2(w, self.rows, self.cols, x, groups, act_rows, sink)
@@ -799,6 +808,8 @@ impl Job<'_> {
         match self.work {
             Work::Q4_1 { tiles, acts } => q4_1::run_scalar(tiles, nb, acts, groups, act_rows, sink),
             Work::Q8_0 { tiles, acts } => q8_0::run_scalar(tiles, nb, acts, groups, act_rows, sink),
+            Work::Q4_0 { tiles, acts } => qx_0::run_scalar(tiles, nb, acts, groups, act_rows, sink),
+            Work::Q5_0 { tiles, acts } => qx_0::run_scalar(tiles, nb, acts, groups, act_rows, sink),
             Work::Blocks { w, acts } => blocked::run(false, w, acts, groups, act_rows, sink),
             Work::F32 { w, x } => {
                 dense::run_scalar(w, self.rows, self.cols, x, groups, act_rows, sink)
@@ -820,6 +831,8 @@ impl Job<'_> {
         let (group_bytes, act_row_bytes) = match self.work {
             Work::Q4_1 { .. } => (nb * size_of::<q4_1::Q4_1x8>(), nb * size_of::<Q8Block>()),
             Work::Q8_0 { .. } => (nb * size_of::<q8_0::Q8_0x8>(), nb * size_of::<Q8Block>()),
+            Work::Q4_0 { .. } => (nb * size_of::<qx_0::Q4_0x8>(), nb * size_of::<Q8Block>()),
+            Work::Q5_0 { .. } => (nb * size_of::<qx_0::Q5_0x8>(), nb * size_of::<Q8Block>()),
             Work::Blocks { w, acts } => (
                 GROUP * w.byte_size() / self.rows,
                 match acts {
@@ -920,6 +933,8 @@ impl Job<'_> {
         match self.work {
             Work::Q4_1 { .. } => groups * nb * size_of::<q4_1::Q4_1x8>(),
             Work::Q8_0 { .. } => groups * nb * size_of::<q8_0::Q8_0x8>(),
+            Work::Q4_0 { .. } => groups * nb * size_of::<qx_0::Q4_0x8>(),
+            Work::Q5_0 { .. } => groups * nb * size_of::<qx_0::Q5_0x8>(),
             Work::Blocks { w, .. } => w.byte_size(),
             Work::F32 { .. } => self.rows * self.cols * 4,
             Work::F16 { .. } | Work::BF16 { .. } => self.rows * self.cols * 2,

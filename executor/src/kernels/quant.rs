@@ -32,6 +32,9 @@ pub(crate) struct Q8Block {
     pub d: f32,
     /// `fp16(d · Σ qs)`, the Q8_1 block sum, widened.
     pub s: f32,
+    /// `Σ qs`, exact (0 for a non-finite block), for kernels that multiply unsigned
+    /// weights and subtract their offset afterwards.
+    pub sum: i32,
 }
 
 impl Q8Block {
@@ -40,6 +43,7 @@ impl Q8Block {
         qs: [0; QK],
         d: f32::NAN,
         s: f32::NAN,
+        sum: 0,
     };
 
     /// Four consecutive quants starting at `4 * word` as one little-endian word, the unit
@@ -54,7 +58,7 @@ impl Q8Block {
 /// `roundf` for finite values of magnitude below 2^31: truncate, then step away from zero
 /// when the exact fractional part is at least one half.
 #[inline(always)]
-fn round_away(v: f32) -> i32 {
+pub(crate) fn round_away(v: f32) -> i32 {
     let t = v as i32;
     let frac = v - t as f32;
     if frac >= 0.5 {
@@ -86,6 +90,7 @@ fn finish(qs: [i8; QK], sum: i32, d: f32) -> Q8Block {
         // `fp16(Σq) · fp16(d)`; ggml uses `fp16(d · Σq)`. We follow candle, the
         // reference our parity tests hold us to.
         s: (f16::from_f32(sum as f32) * f16::from_f32(d)).to_f32(),
+        sum,
     }
 }
 

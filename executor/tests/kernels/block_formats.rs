@@ -146,7 +146,8 @@ fn products_stay_within_the_activation_quantization_bound() {
 /// Every row of a batch is the row computed alone, on one thread or two. Where the
 /// block kernel runs (Q5_1, the K-quants) the integer sums are exact on both paths and
 /// the float steps the same, so the AVX2 path gives the scalar path's bits; Q4_0 and
-/// Q5_0 run on the Q8_0 tiles, whose two paths differ in f32 rounding only.
+/// Q5_0 take the Q8_0 kernel's float steps (fused on AVX2, not on the scalar path), so
+/// their two paths differ in f32 rounding only.
 #[test]
 fn paths_agree_bitwise_and_rows_are_independent_of_their_batch() {
     let (rows, cols) = (203, 512);
@@ -187,6 +188,53 @@ fn paths_agree_bitwise_and_rows_are_independent_of_their_batch() {
                 }
             } else {
                 assert!(bits_eq(&all[0], last), "{bt:?} t={t}: paths differ");
+            }
+        }
+    }
+}
+
+/// The same values as Q8_0 blocks: `d` and `q − offset` (Q4_0: 8, Q5_0: 16).
+fn legacy_as_q8_0(bt: BlockType, bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for b in bytes.chunks_exact(bt.block_bytes()) {
+        let (qh, qs, offset) = match bt {
+            BlockType::Q4_0 => (0u32, &b[2..18], 8i32),
+            _ => (u32::from_le_bytes([b[2], b[3], b[4], b[5]]), &b[6..22], 16),
+        };
+        let q = |k: usize| {
+            let nibble = if k < 16 {
+                qs[k] & 0x0f
+            } else {
+                qs[k - 16] >> 4
+            };
+            i32::from(nibble) | (((qh >> k) & 1) as i32) << 4
+        };
+        out.extend_from_slice(&b[..2]);
+        out.extend((0..32).map(|k| (q(k) - offset) as i8 as u8));
+    }
+    out
+}
+
+/// Q4_0 and Q5_0 are held in their own tiles (18 and 22 bytes per 32 weights) and give,
+/// on each path and at every batch size, the bits of the same values held as Q8_0.
+#[test]
+fn q4_0_and_q5_0_give_the_bits_of_their_values_as_q8_0() {
+    let (rows, cols) = (203, 512);
+    for (bt, gt) in &BLOCK_TYPES[..2] {
+        let w = QMatrix::from_qtensor(&random_qtensor(*gt, rows, cols, 5)).unwrap();
+        assert_eq!(
+            w.byte_size(),
+            rows.div_ceil(8) * 8 * cols / 32 * bt.block_bytes()
+        );
+        let q8 = legacy_as_q8_0(*bt, &w.to_ggml_bytes());
+        let w8 = QMatrix::from_ggml_bytes(QDtype::Q8_0, &q8, rows, cols).unwrap();
+        for t in [1usize, 4, 7, 70] {
+            let x = Rng::new(40 + t as u64).activations(t * cols);
+            for path in paths() {
+                assert!(
+                    bits_eq(&run(path, &w, &x, t), &run(path, &w8, &x, t)),
+                    "{bt:?} {path:?} t={t}"
+                );
             }
         }
     }
