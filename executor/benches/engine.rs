@@ -240,6 +240,7 @@ fn main() {
     let model = Model::load(&model_path(), LoadOptions::default())
         .expect("run scripts/fetch-model.sh first");
     let weight_bytes = model.weights.byte_size();
+    let rss_loaded = resident_bytes();
     let cfg = model.config.clone();
     // Multiply-adds per token in the matmuls (every layer plus the head).
     let h = cfg.hidden;
@@ -254,7 +255,16 @@ fn main() {
         },
     )
     .unwrap();
+    let rss_started = resident_bytes();
     engine.warm_up().unwrap();
+    println!(
+        "Memory: weights held {:.1} MB; resident {:.1} MB after load, {:.1} MB with the engine started ({} KV blocks), {:.1} MB after warm-up\n",
+        weight_bytes as f64 / 1e6,
+        rss_loaded as f64 / 1e6,
+        rss_started as f64 / 1e6,
+        engine.info().num_kv_blocks,
+        resident_bytes() as f64 / 1e6,
+    );
 
     println!(
         "## Throughput and latency ({PROMPT_TOKENS}-token prompts, {OUTPUT_TOKENS} output tokens, greedy)\n"
@@ -430,4 +440,11 @@ fn floors_section(weight_bytes: usize, flops_per_token: f64, itl_c1: f64, itl_c3
         flops_per_token / 1e9,
         itl_c32 / compute_ms
     );
+}
+
+/// The process's resident memory in bytes (Linux `/proc/self/statm`).
+fn resident_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").expect("/proc/self/statm");
+    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4096
 }
