@@ -47,7 +47,7 @@ impl Rng {
 }
 
 fn paths() -> Vec<KernelPath> {
-    [KernelPath::Scalar, KernelPath::Avx2]
+    [KernelPath::Scalar, KernelPath::Avx2, KernelPath::AvxVnni]
         .into_iter()
         .filter(|p| p.is_available())
         .collect()
@@ -632,6 +632,28 @@ fn the_scalar_path_can_be_forced_by_environment() {
     let status = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "the_scalar_path_can_be_forced_by_environment"])
         .env("STOKER_KERNELS", "scalar")
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn the_plain_avx2_path_can_be_forced_by_environment() {
+    if std::env::var("STOKER_KERNELS").as_deref() == Ok("avx2") {
+        let expected = if KernelPath::Avx2.is_available() {
+            KernelPath::Avx2
+        } else {
+            KernelPath::Scalar
+        };
+        assert_eq!(stoker_executor::kernels::kernel_path(), expected);
+        return;
+    }
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "the_plain_avx2_path_can_be_forced_by_environment",
+        ])
+        .env("STOKER_KERNELS", "avx2")
         .status()
         .unwrap();
     assert!(status.success());

@@ -1,11 +1,15 @@
-//! Kernel path selection: which implementation (AVX2+FMA+F16C or portable scalar) the
-//! matrix multiplications run on.
+//! Kernel path selection: which implementation (AVX2+FMA+F16C, the same with AVX-VNNI,
+//! or portable scalar) the matrix multiplications run on.
 //!
 //! The choice is made once per process, the first time it is asked for: the environment
-//! variable `STOKER_KERNELS=scalar` forces the portable path (for tests and for comparing
-//! against the SIMD kernels); otherwise the AVX2 path is used when the CPU reports `avx2`,
-//! `fma` and `f16c` at runtime (`is_x86_feature_detected!`). The detection costs a few
+//! variable `STOKER_KERNELS=scalar` (or `avx2`) forces the portable (or the plain AVX2)
+//! path, for tests and for comparing the paths; otherwise the fastest path the CPU
+//! reports at runtime (`is_x86_feature_detected!`) is used. The detection costs a few
 //! microseconds once; afterwards the answer is a cached load.
+//!
+//! Every path computes the same integer sums and the same float operations per output
+//! where the tests say so: AVX-VNNI only replaces `vpmaddubsw` + `vpmaddwd` by the fused
+//! `vpdpbusd` (exact either way), so its results are the AVX2 path's bits.
 
 use std::sync::OnceLock;
 
@@ -16,6 +20,9 @@ pub enum KernelPath {
     Scalar,
     /// x86-64 AVX2 + FMA + F16C intrinsics, used only after runtime detection.
     Avx2,
+    /// [`KernelPath::Avx2`] plus AVX-VNNI's 8-bit dot product (`vpdpbusd`) in the
+    /// integer kernels that gain from it; the others run their AVX2 code.
+    AvxVnni,
 }
 
 impl KernelPath {
@@ -24,14 +31,21 @@ impl KernelPath {
         match self {
             KernelPath::Scalar => true,
             KernelPath::Avx2 => avx2_detected(),
+            KernelPath::AvxVnni => avx2_detected() && vnni_detected(),
         }
     }
 
-    /// A short lowercase name ("scalar", "avx2") for logs and benchmark tables.
+    /// Whether the path runs the AVX2 code (all but [`KernelPath::Scalar`]).
+    pub fn uses_avx2(self) -> bool {
+        matches!(self, KernelPath::Avx2 | KernelPath::AvxVnni)
+    }
+
+    /// A short lowercase name ("scalar", "avx2", "avx-vnni") for logs and benchmark tables.
     pub fn name(self) -> &'static str {
         match self {
             KernelPath::Scalar => "scalar",
             KernelPath::Avx2 => "avx2",
+            KernelPath::AvxVnni => "avx-vnni",
         }
     }
 }
@@ -51,18 +65,35 @@ fn avx2_detected() -> bool {
     false
 }
 
-/// The path [`super::matmul`] uses: scalar when `STOKER_KERNELS=scalar` is set (read once),
-/// otherwise the fastest path this CPU supports.
+#[cfg(target_arch = "x86_64")]
+fn vnni_detected() -> bool {
+    static DETECTED: OnceLock<bool> = OnceLock::new();
+    *DETECTED.get_or_init(|| is_x86_feature_detected!("avxvnni"))
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn vnni_detected() -> bool {
+    false
+}
+
+/// The path [`super::matmul`] uses: scalar when `STOKER_KERNELS=scalar` is set, plain
+/// AVX2 (if available) when `STOKER_KERNELS=avx2` (read once), otherwise the fastest
+/// path this CPU supports.
 pub fn kernel_path() -> KernelPath {
     static PATH: OnceLock<KernelPath> = OnceLock::new();
     *PATH.get_or_init(|| {
-        let forced_scalar = std::env::var("STOKER_KERNELS")
-            .map(|v| v.eq_ignore_ascii_case("scalar"))
-            .unwrap_or(false);
-        if !forced_scalar && KernelPath::Avx2.is_available() {
-            KernelPath::Avx2
+        let forced = std::env::var("STOKER_KERNELS").unwrap_or_default();
+        let candidates: &[KernelPath] = if forced.eq_ignore_ascii_case("scalar") {
+            &[]
+        } else if forced.eq_ignore_ascii_case("avx2") {
+            &[KernelPath::Avx2]
         } else {
-            KernelPath::Scalar
-        }
+            &[KernelPath::AvxVnni, KernelPath::Avx2]
+        };
+        candidates
+            .iter()
+            .copied()
+            .find(|p| p.is_available())
+            .unwrap_or(KernelPath::Scalar)
     })
 }

@@ -687,7 +687,7 @@ fn quantize_acts<'s>(
         acts.resize(t * nb, Q8Block::default());
     }
     let acts = &mut acts[..t * nb];
-    let avx2 = path == KernelPath::Avx2;
+    let avx2 = path.uses_avx2();
     if t >= ACT_SPLIT_MIN_T && rayon::current_num_threads() > 1 {
         let per = t.div_ceil(rayon::current_num_threads() * TASKS_PER_THREAD);
         acts.par_chunks_mut(per * nb)
@@ -712,7 +712,7 @@ fn quantize_acts_k<'s>(
         acts.resize(t * nb, Q8KBlock::default());
     }
     let acts = &mut acts[..t * nb];
-    let avx2 = path == KernelPath::Avx2;
+    let avx2 = path.uses_avx2();
     if t >= ACT_SPLIT_MIN_T && rayon::current_num_threads() > 1 {
         let per = t.div_ceil(rayon::current_num_threads() * TASKS_PER_THREAD);
         acts.par_chunks_mut(per * nb)
@@ -774,9 +774,11 @@ impl Job<'_> {
     fn run(&self, groups: Range<usize>, act_rows: Range<usize>, sink: &mut Sink<'_>) {
         let nb = self.cols / QK;
         #[cfg(target_arch = "x86_64")]
-        if self.path == KernelPath::Avx2 {
-            // SAFETY: `matmul_on_path` only builds a job on the AVX2 path after
-            // `KernelPath::Avx2.is_available()`, i.e. runtime detection of avx2, fma, f16c.
+        if self.path.uses_avx2() {
+            // SAFETY: `matmul_on_path` only builds a job on an AVX2 path after
+            // `is_available()`, i.e. runtime detection of avx2, fma, f16c (and avxvnni for
+            // `AvxVnni`).
+            let vnni = self.path == KernelPath::AvxVnni;
             unsafe {
                 match self.work {
                     Work::Q4_1 { tiles, acts } => {
@@ -786,10 +788,10 @@ impl Job<'_> {
                         q8_0::run_avx2(tiles, nb, acts, groups, act_rows, sink)
                     }
                     Work::Q4_0 { tiles, acts } => {
-                        qx_0::run_avx2(tiles, nb, acts, groups, act_rows, sink)
+                        qx_0::run_avx2(vnni, tiles, nb, acts, groups, act_rows, sink)
                     }
                     Work::Q5_0 { tiles, acts } => {
-                        qx_0::run_avx2(tiles, nb, acts, groups, act_rows, sink)
+                        qx_0::run_avx2(vnni, tiles, nb, acts, groups, act_rows, sink)
                     }
                     Work::Blocks { w, acts } => blocked::run(true, w, acts, groups, act_rows, sink),
                     Work::F32 { w, x } => {

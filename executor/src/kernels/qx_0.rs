@@ -211,10 +211,47 @@ pub(crate) fn run_scalar<const QH: usize>(
 }
 
 /// AVX2 kernel over a rectangle of tile groups × activation rows, in runs of up to six
-/// activation rows sharing each unpacked weight chunk.
+/// activation rows sharing each unpacked weight chunk. With `vnni` (the CPU has
+/// AVX-VNNI, checked by the caller) the products use `vpdpbusd`.
+///
+/// # Safety
+/// The CPU must support avx2, fma and f16c, and avxvnni when `vnni` is set.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) fn run_avx2<const QH: usize>(
+pub(crate) unsafe fn run_avx2<const QH: usize>(
+    vnni: bool,
+    tiles: &[Qx0x8<QH>],
+    nb: usize,
+    acts: &[Q8Block],
+    groups: Range<usize>,
+    rows: Range<usize>,
+    sink: &mut Sink<'_>,
+) {
+    if vnni {
+        // SAFETY: the caller checked avxvnni.
+        unsafe { run_vnni(tiles, nb, acts, groups, rows, sink) };
+    } else {
+        run_body::<QH, false>(tiles, nb, acts, groups, rows, sink);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+fn run_vnni<const QH: usize>(
+    tiles: &[Qx0x8<QH>],
+    nb: usize,
+    acts: &[Q8Block],
+    groups: Range<usize>,
+    rows: Range<usize>,
+    sink: &mut Sink<'_>,
+) {
+    run_body::<QH, true>(tiles, nb, acts, groups, rows, sink);
+}
+
+/// The loop of [`run_avx2`], inlined into a caller compiled with the features it uses.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn run_body<const QH: usize, const VNNI: bool>(
     tiles: &[Qx0x8<QH>],
     nb: usize,
     acts: &[Q8Block],
@@ -226,16 +263,18 @@ pub(crate) fn run_avx2<const QH: usize>(
     for g in groups {
         let gt = &tiles[g * nb..(g + 1) * nb];
         let mut i = rows.start;
-        // Q5_0 keeps three registers per activation row, Q4_0 two: runs of 4 and 6.
-        while QH == 0 && i + 6 <= rows.end {
-            let out = tile_avx2(gt, std::array::from_fn::<_, 6, _>(|k| row(i + k)));
+        // Registers per activation row: three for Q5_0 on AVX2 (a 16-bit and a 32-bit
+        // sum, the accumulator) and on AVX-VNNI (two 32-bit sums, the accumulator), two
+        // for Q4_0 on AVX2: runs of 4, and of 6 where two suffice.
+        while QH == 0 && !VNNI && i + 6 <= rows.end {
+            let out = tile::<QH, 6, VNNI>(gt, std::array::from_fn(|k| row(i + k)));
             for (k, o) in out.iter().enumerate() {
                 sink(g, i + k, o);
             }
             i += 6;
         }
         while i + 4 <= rows.end {
-            let out = tile_avx2(gt, std::array::from_fn::<_, 4, _>(|k| row(i + k)));
+            let out = tile::<QH, 4, VNNI>(gt, std::array::from_fn(|k| row(i + k)));
             for (k, o) in out.iter().enumerate() {
                 sink(g, i + k, o);
             }
@@ -243,18 +282,18 @@ pub(crate) fn run_avx2<const QH: usize>(
         }
         match rows.end - i {
             3 => {
-                let out = tile_avx2(gt, [row(i), row(i + 1), row(i + 2)]);
+                let out = tile::<QH, 3, VNNI>(gt, [row(i), row(i + 1), row(i + 2)]);
                 for (k, o) in out.iter().enumerate() {
                     sink(g, i + k, o);
                 }
             }
             2 => {
-                let out = tile_avx2(gt, [row(i), row(i + 1)]);
+                let out = tile::<QH, 2, VNNI>(gt, [row(i), row(i + 1)]);
                 for (k, o) in out.iter().enumerate() {
                     sink(g, i + k, o);
                 }
             }
-            1 => sink(g, i, &tile_avx2(gt, [row(i)])[0]),
+            1 => sink(g, i, &tile::<QH, 1, VNNI>(gt, [row(i)])[0]),
             _ => {}
         }
     }
@@ -267,73 +306,87 @@ pub(crate) fn run_avx2<const QH: usize>(
 /// and the offset is taken off the exact sum afterwards: `Σ q·a − offset·Σ a`, the
 /// integer `Σ (q − offset)·a` of the Q8_0 form. A pair sum is at most 2·31·127 = 7874 in
 /// magnitude, so four are summed in 16 bits before widening (Q4_0: eight, 2·15·127·8 =
-/// 30480).
+/// 30480). With `VNNI`, `vpdpbusd` sums four products straight into 32 bits: the same
+/// integers.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-fn tile_avx2<const QH: usize, const R: usize>(
+#[inline(always)]
+fn tile<const QH: usize, const R: usize, const VNNI: bool>(
     gt: &[Qx0x8<QH>],
     acts: [&[Q8Block]; R],
 ) -> [[f32; GROUP]; R] {
     use std::arch::x86_64::*;
     let acts = acts.map(|a| &a[..gt.len()]);
-    let m4 = _mm256_set1_epi8(0x0f);
-    let bit4 = _mm256_set1_epi8(0x10);
-    let ones = _mm256_set1_epi16(1);
-    let mut acc = [_mm256_setzero_ps(); R];
-    for (b, tile) in gt.iter().enumerate() {
-        let qh = if QH > 0 {
-            // SAFETY: `QH == 32`: reads the 32 bytes of the `qh` array.
-            unsafe { _mm256_loadu_si256(tile.qh.as_ptr().cast()) }
-        } else {
-            _mm256_setzero_si256()
-        };
-        let mut s16 = [_mm256_setzero_si256(); R];
-        let mut s32 = [_mm256_setzero_si256(); R];
-        for j in 0..4 {
-            // SAFETY: reads bytes 32j..32j+32 of the 128-byte `qs` array (j < 4).
-            let w = unsafe { _mm256_loadu_si256(tile.qs.as_ptr().add(32 * j).cast()) };
-            let mut lo = _mm256_and_si256(w, m4);
-            let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(w), m4);
-            if QH > 0 {
-                // Bit j of each byte to bit 4 (low nibbles), bit 4 + j to bit 4 (high).
-                let up = _mm256_sll_epi16(qh, _mm_cvtsi32_si128(4 - j as i32));
-                let down = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(j as i32));
-                lo = _mm256_or_si256(lo, _mm256_and_si256(up, bit4));
-                hi = _mm256_or_si256(hi, _mm256_and_si256(down, bit4));
-            }
-            for r in 0..R {
-                let a = &acts[r][b];
-                let plo = _mm256_maddubs_epi16(lo, _mm256_set1_epi32(a.word(j)));
-                let phi = _mm256_maddubs_epi16(hi, _mm256_set1_epi32(a.word(4 + j)));
-                s16[r] = _mm256_add_epi16(s16[r], _mm256_add_epi16(plo, phi));
-                if QH > 0 && j % 2 == 1 {
-                    s32[r] = _mm256_add_epi32(s32[r], _mm256_madd_epi16(s16[r], ones));
-                    s16[r] = _mm256_setzero_si256();
+    // SAFETY (every intrinsic below): this function is only inlined into callers compiled
+    // with avx2, fma and f16c, and, when `VNNI`, avxvnni (`run_avx2`, `run_vnni`).
+    unsafe {
+        let m4 = _mm256_set1_epi8(0x0f);
+        let bit4 = _mm256_set1_epi8(0x10);
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [_mm256_setzero_ps(); R];
+        for (b, tile) in gt.iter().enumerate() {
+            let qh = if QH > 0 {
+                // `QH == 32`: reads the 32 bytes of the `qh` array.
+                _mm256_loadu_si256(tile.qh.as_ptr().cast())
+            } else {
+                _mm256_setzero_si256()
+            };
+            let mut s16 = [_mm256_setzero_si256(); R];
+            let mut s32 = [_mm256_setzero_si256(); R];
+            for j in 0..4 {
+                // Reads bytes 32j..32j+32 of the 128-byte `qs` array (j < 4).
+                let w = _mm256_loadu_si256(tile.qs.as_ptr().add(32 * j).cast());
+                let mut lo = _mm256_and_si256(w, m4);
+                let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(w), m4);
+                if QH > 0 {
+                    // Bit j of each byte to bit 4 (low nibbles), bit 4 + j to bit 4 (high).
+                    let up = _mm256_sll_epi16(qh, _mm_cvtsi32_si128(4 - j as i32));
+                    let down = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(j as i32));
+                    lo = _mm256_or_si256(lo, _mm256_and_si256(up, bit4));
+                    hi = _mm256_or_si256(hi, _mm256_and_si256(down, bit4));
+                }
+                for r in 0..R {
+                    let a = &acts[r][b];
+                    let alo = _mm256_set1_epi32(a.word(j));
+                    let ahi = _mm256_set1_epi32(a.word(4 + j));
+                    if VNNI {
+                        // Two chains (low and high nibbles) halve the dependent latency.
+                        s32[r] = _mm256_dpbusd_avx_epi32(s32[r], lo, alo);
+                        s16[r] = _mm256_dpbusd_avx_epi32(s16[r], hi, ahi);
+                        continue;
+                    }
+                    let plo = _mm256_maddubs_epi16(lo, alo);
+                    let phi = _mm256_maddubs_epi16(hi, ahi);
+                    s16[r] = _mm256_add_epi16(s16[r], _mm256_add_epi16(plo, phi));
+                    if QH > 0 && j % 2 == 1 {
+                        s32[r] = _mm256_add_epi32(s32[r], _mm256_madd_epi16(s16[r], ones));
+                        s16[r] = _mm256_setzero_si256();
+                    }
                 }
             }
+            // Reads the 16 bytes of an 8-element f16 array.
+            let dw = _mm256_cvtph_ps(_mm_loadu_si128(tile.d.as_ptr().cast()));
+            for r in 0..R {
+                let a = &acts[r][b];
+                let sum = if VNNI {
+                    _mm256_add_epi32(s32[r], s16[r])
+                } else if QH > 0 {
+                    s32[r]
+                } else {
+                    _mm256_madd_epi16(s16[r], ones)
+                };
+                let off = _mm256_set1_epi32(Qx0x8::<QH>::OFFSET * a.sum);
+                let f = _mm256_cvtepi32_ps(_mm256_sub_epi32(sum, off));
+                let scale = _mm256_mul_ps(dw, _mm256_set1_ps(a.d));
+                acc[r] = _mm256_fmadd_ps(f, scale, acc[r]);
+            }
         }
-        // SAFETY: reads the 16 bytes of an 8-element f16 array.
-        let dw = unsafe { _mm256_cvtph_ps(_mm_loadu_si128(tile.d.as_ptr().cast())) };
-        for r in 0..R {
-            let a = &acts[r][b];
-            let sum = if QH > 0 {
-                s32[r]
-            } else {
-                _mm256_madd_epi16(s16[r], ones)
-            };
-            let isum = _mm256_sub_epi32(sum, _mm256_set1_epi32(Qx0x8::<QH>::OFFSET * a.sum));
-            let f = _mm256_cvtepi32_ps(isum);
-            let scale = _mm256_mul_ps(dw, _mm256_set1_ps(a.d));
-            acc[r] = _mm256_fmadd_ps(f, scale, acc[r]);
+        let mut out = [[0f32; GROUP]; R];
+        for (o, a) in out.iter_mut().zip(acc) {
+            // Stores 8 floats into an 8-float array.
+            _mm256_storeu_ps(o.as_mut_ptr(), a);
         }
+        out
     }
-    let mut out = [[0f32; GROUP]; R];
-    for (o, a) in out.iter_mut().zip(acc) {
-        // SAFETY: stores 8 floats into an 8-float array.
-        unsafe { _mm256_storeu_ps(o.as_mut_ptr(), a) };
-    }
-    out
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use std::cell::RefCell;
 
 use crate::ids::{BLOCK_SIZE, BlockId};
 #[cfg(target_arch = "x86_64")]
-use crate::kernels::{KernelPath, kernel_path};
+use crate::kernels::kernel_path;
 use crate::model::kv_storage::KvStorage;
 use crate::model::row_order::{DotOrder, RowOrder};
 
@@ -108,7 +108,7 @@ pub fn attend_one_with(
         scores.clear();
         scores.resize(pos + 1, 0.0);
         #[cfg(target_arch = "x86_64")]
-        if kernel_path() == KernelPath::Avx2 {
+        if kernel_path().uses_avx2() {
             // SAFETY: the Avx2 path is only chosen after runtime detection of
             // avx2 and fma.
             unsafe { attend_avx2(q, src, pos, order, scale, scores, out) };

@@ -147,7 +147,7 @@ fn products_stay_within_the_activation_quantization_bound() {
 /// block kernel runs (Q5_1, the K-quants) the integer sums are exact on both paths and
 /// the float steps the same, so the AVX2 path gives the scalar path's bits; Q4_0 and
 /// Q5_0 take the Q8_0 kernel's float steps (fused on AVX2, not on the scalar path), so
-/// their two paths differ in f32 rounding only.
+/// there the scalar path differs in f32 rounding only, and AVX-VNNI gives AVX2's bits.
 #[test]
 fn paths_agree_bitwise_and_rows_are_independent_of_their_batch() {
     let (rows, cols) = (203, 512);
@@ -178,6 +178,14 @@ fn paths_agree_bitwise_and_rows_are_independent_of_their_batch() {
                         "{bt:?} t={t} path {p}: pools differ"
                     );
                 }
+            }
+            // The SIMD paths (AVX2, AVX-VNNI) agree bit for bit on every format.
+            let firsts: Vec<&Vec<f32>> = all.chunks(per_path).map(|c| &c[0]).collect();
+            for (p, other) in firsts.iter().enumerate().skip(2) {
+                assert!(
+                    bits_eq(firsts[1], other),
+                    "{bt:?} t={t}: SIMD path {p} differs"
+                );
             }
             let on_q8_0 = matches!(bt, BlockType::Q4_0 | BlockType::Q5_0);
             let last = &all[all.len() - 1];
