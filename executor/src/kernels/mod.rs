@@ -48,6 +48,7 @@ mod blocks_avx2;
 mod dense;
 mod k_row;
 mod q4_1;
+mod q4k;
 mod q8_0;
 mod q8k;
 mod quant;
@@ -67,6 +68,7 @@ pub(crate) use blocks::{QK_K, scale_min_k4};
 pub use dense::{BF16Bits, F16Bits};
 pub use dispatch::{KernelPath, kernel_path};
 pub use q4_1::PackedQ4_1;
+pub use q4k::PackedQ4K;
 pub use q8_0::PackedQ8_0;
 pub use qx_0::{PackedQ4_0, PackedQ5_0};
 
@@ -77,7 +79,11 @@ use quant::{Q8Block, QK};
 /// Weight rows computed together by one kernel step (the tile height of every format).
 const GROUP: usize = 8;
 const _: () = assert!(
-    q4_1::GROUP == GROUP && q8_0::GROUP == GROUP && qx_0::GROUP == GROUP && dense::GROUP == GROUP
+    q4_1::GROUP == GROUP
+        && q8_0::GROUP == GROUP
+        && qx_0::GROUP == GROUP
+        && q4k::GROUP == GROUP
+        && dense::GROUP == GROUP
 );
 
 /// Products estimated to take less than this many nanoseconds on one core run on the
@@ -255,6 +261,8 @@ pub enum QData {
     Q4_0(PackedQ4_0),
     /// Q5_0 blocks in 8-row tiles.
     Q5_0(PackedQ5_0),
+    /// Q4_K super-blocks in 8-row tiles.
+    Q4K(PackedQ4K),
     /// Other ggml blocks, row-major as stored.
     Blocks(PackedBlocks),
     /// Row-major f32, `rows × cols`.
@@ -341,6 +349,7 @@ impl QMatrix {
             QDtype::Q8_0 => QData::Q8_0(PackedQ8_0::pack(bytes, rows, cols)),
             QDtype::Blocks(BlockType::Q4_0) => QData::Q4_0(PackedQ4_0::pack(bytes, rows, cols)),
             QDtype::Blocks(BlockType::Q5_0) => QData::Q5_0(PackedQ5_0::pack(bytes, rows, cols)),
+            QDtype::Blocks(BlockType::Q4K) => QData::Q4K(PackedQ4K::pack(bytes, rows, cols)),
             QDtype::Blocks(b) => QData::Blocks(PackedBlocks::pack(b, bytes, cols)),
         };
         Ok(QMatrix { rows, cols, data })
@@ -400,6 +409,7 @@ impl QMatrix {
             QData::Q8_0(_) => QDtype::Q8_0,
             QData::Q4_0(_) => QDtype::Blocks(BlockType::Q4_0),
             QData::Q5_0(_) => QDtype::Blocks(BlockType::Q5_0),
+            QData::Q4K(_) => QDtype::Blocks(BlockType::Q4K),
             QData::Blocks(b) => QDtype::Blocks(b.block_type()),
             QData::F32(_) => QDtype::F32,
             QData::F16(_) => QDtype::F16,
@@ -419,6 +429,7 @@ impl QMatrix {
             QData::Q8_0(p) => p.byte_size(),
             QData::Q4_0(p) => p.byte_size(),
             QData::Q5_0(p) => p.byte_size(),
+            QData::Q4K(p) => p.byte_size(),
             QData::Blocks(p) => p.byte_size(),
             QData::F32(v) => std::mem::size_of_val(v.as_slice()),
             QData::F16(v) => std::mem::size_of_val(v.as_slice()),
@@ -435,6 +446,7 @@ impl QMatrix {
             QData::Q8_0(p) => p.ggml_bytes(0..self.rows, self.cols, &mut out),
             QData::Q4_0(p) => p.ggml_bytes(0..self.rows, self.cols, &mut out),
             QData::Q5_0(p) => p.ggml_bytes(0..self.rows, self.cols, &mut out),
+            QData::Q4K(p) => p.ggml_bytes(0..self.rows, self.cols, &mut out),
             QData::Blocks(p) => p.ggml_bytes(0..self.rows, &mut out),
             QData::F32(v) => out.extend(v.iter().flat_map(|x| x.to_le_bytes())),
             QData::F16(v) => out.extend(v.iter().flat_map(|x| x.0.to_le_bytes())),
@@ -463,6 +475,11 @@ impl QMatrix {
             QData::Q8_0(p) => p.dequantize_row(row, self.cols, out),
             QData::Q4_0(p) => p.dequantize_row(row, self.cols, out),
             QData::Q5_0(p) => p.dequantize_row(row, self.cols, out),
+            QData::Q4K(p) => {
+                let mut bytes = Vec::new();
+                p.ggml_bytes(row..row + 1, self.cols, &mut bytes);
+                blocks::dequantize_row(BlockType::Q4K, &bytes, out);
+            }
             QData::Blocks(p) => p.dequantize_row(row, out),
             QData::F32(v) => out.copy_from_slice(&v[row * self.cols..(row + 1) * self.cols]),
             QData::F16(v) => widen_row(&v[row * self.cols..(row + 1) * self.cols], out),
@@ -654,6 +671,10 @@ pub fn matmul_on_path(
             tiles: p.tiles(),
             acts: quantize_acts(path, x, t, cols, acts),
         },
+        QData::Q4K(p) => Work::Q4K {
+            tiles: p.tiles(),
+            acts: quantize_acts_k(path, x, t, cols, acts_k),
+        },
         QData::Blocks(p) if p.block_type().is_k() => Work::Blocks {
             w: p,
             acts: BlockActs::K(quantize_acts_k(path, x, t, cols, acts_k)),
@@ -743,6 +764,10 @@ enum Work<'a> {
         tiles: &'a [qx_0::Q5_0x8],
         acts: &'a [Q8Block],
     },
+    Q4K {
+        tiles: &'a [q4k::Q4Kx8],
+        acts: &'a [Q8KBlock],
+    },
     Blocks {
         w: &'a PackedBlocks,
         acts: BlockActs<'a>,
@@ -773,6 +798,7 @@ impl Job<'_> {
     /// Computes the outputs of weight-row groups `groups` for activation rows `act_rows`.
     fn run(&self, groups: Range<usize>, act_rows: Range<usize>, sink: &mut Sink<'_>) {
         let nb = self.cols / QK;
+        let nb_k = self.cols / blocks::QK_K;
         #[cfg(target_arch = "x86_64")]
         if self.path.uses_avx2() {
             // SAFETY: `matmul_on_path` only builds a job on an AVX2 path after
@@ -793,6 +819,9 @@ impl Job<'_> {
                     Work::Q5_0 { tiles, acts } => {
                         qx_0::run_avx2(vnni, tiles, nb, acts, groups, act_rows, sink)
                     }
+                    Work::Q4K { tiles, acts } => {
+                        q4k::run_avx2(tiles, nb_k, acts, groups, act_rows, sink)
+                    }
                     Work::Blocks { w, acts } => blocked::run(true, w, acts, groups, act_rows, sink),
                     Work::F32 { w, x } => {
                         dense::run_avx2(w, self.rows, self.cols, x, groups, act_rows, sink)
@@ -812,6 +841,7 @@ impl Job<'_> {
             Work::Q8_0 { tiles, acts } => q8_0::run_scalar(tiles, nb, acts, groups, act_rows, sink),
             Work::Q4_0 { tiles, acts } => qx_0::run_scalar(tiles, nb, acts, groups, act_rows, sink),
             Work::Q5_0 { tiles, acts } => qx_0::run_scalar(tiles, nb, acts, groups, act_rows, sink),
+            Work::Q4K { tiles, acts } => q4k::run_scalar(tiles, nb_k, acts, groups, act_rows, sink),
             Work::Blocks { w, acts } => blocked::run(false, w, acts, groups, act_rows, sink),
             Work::F32 { w, x } => {
                 dense::run_scalar(w, self.rows, self.cols, x, groups, act_rows, sink)
@@ -835,6 +865,10 @@ impl Job<'_> {
             Work::Q8_0 { .. } => (nb * size_of::<q8_0::Q8_0x8>(), nb * size_of::<Q8Block>()),
             Work::Q4_0 { .. } => (nb * size_of::<qx_0::Q4_0x8>(), nb * size_of::<Q8Block>()),
             Work::Q5_0 { .. } => (nb * size_of::<qx_0::Q5_0x8>(), nb * size_of::<Q8Block>()),
+            Work::Q4K { .. } => {
+                let nb_k = self.cols / blocks::QK_K;
+                (nb_k * size_of::<q4k::Q4Kx8>(), nb_k * size_of::<Q8KBlock>())
+            }
             Work::Blocks { w, acts } => (
                 GROUP * w.byte_size() / self.rows,
                 match acts {
@@ -937,6 +971,7 @@ impl Job<'_> {
             Work::Q8_0 { .. } => groups * nb * size_of::<q8_0::Q8_0x8>(),
             Work::Q4_0 { .. } => groups * nb * size_of::<qx_0::Q4_0x8>(),
             Work::Q5_0 { .. } => groups * nb * size_of::<qx_0::Q5_0x8>(),
+            Work::Q4K { .. } => groups * (self.cols / blocks::QK_K) * size_of::<q4k::Q4Kx8>(),
             Work::Blocks { w, .. } => w.byte_size(),
             Work::F32 { .. } => self.rows * self.cols * 4,
             Work::F16 { .. } | Work::BF16 { .. } => self.rows * self.cols * 2,
