@@ -1,4 +1,4 @@
-//! One activation row against Q4_K, Q5_K or Q6_K weights, decoded in registers.
+//! One activation row against Q5_K weights, decoded in registers.
 //!
 //! Why: the blocked kernel (`blocked` module) decodes each super-block of 8 weight rows
 //! into bytes and integer scales once, then multiplies it with a run of activation rows.
@@ -26,7 +26,8 @@ use super::{GROUP, Sink};
 
 /// Whether [`run`] handles `ty`.
 pub(crate) fn handles(ty: BlockType) -> bool {
-    matches!(ty, BlockType::Q4K | BlockType::Q5K | BlockType::Q6K)
+    // Q4_K and Q6_K have their own tiles (`q4k`, `q6k`).
+    ty == BlockType::Q5K
 }
 
 #[inline(always)]
@@ -60,11 +61,7 @@ pub(crate) unsafe fn run<'w>(
             }
             let mut acc = 0f32;
             for (w, a) in row(r).chunks_exact(bb).zip(a) {
-                let (isum, msum, d, dmin) = match ty {
-                    BlockType::Q4K => q4k(w, a, false),
-                    BlockType::Q5K => q4k(w, a, true),
-                    _ => q6k(w, a),
-                };
+                let (isum, msum, d, dmin) = q5k(w, a);
                 acc += a.d * (d * isum as f32 - dmin * msum as f32);
             }
             *o = acc;
@@ -118,17 +115,12 @@ fn scaled(q: __m256i, a: __m256i, lo: i16, hi: i16) -> __m256i {
     _mm256_madd_epi16(_mm256_maddubs_epi16(q, a), sc)
 }
 
-/// A Q4_K (or, with `fifth`, Q5_K) super-block against one activation super-block:
-/// `(isum, msum, d, dmin)`.
+/// A Q5_K super-block against one activation super-block: `(isum, msum, d, dmin)`.
 #[target_feature(enable = "avx2")]
 #[inline]
-fn q4k(w: &[u8], a: &Q8KBlock, fifth: bool) -> (i32, i32, f32, f32) {
+fn q5k(w: &[u8], a: &Q8KBlock) -> (i32, i32, f32, f32) {
     let (d, dmin, sc) = (f16_at(w, 0), f16_at(w, 2), &w[4..16]);
-    let (qh, qs) = if fifth {
-        (load(&w[16..48]), &w[48..176])
-    } else {
-        (_mm256_setzero_si256(), &w[16..144])
-    };
+    let (qh, qs) = (load(&w[16..48]), &w[48..176]);
     let m4 = _mm256_set1_epi8(0x0f);
     let mut sumi = _mm256_setzero_si256();
     let mut msum = 0i32;
@@ -136,12 +128,11 @@ fn q4k(w: &[u8], a: &Q8KBlock, fifth: bool) -> (i32, i32, f32, f32) {
         let (s0, m0) = scale_min_k4(2 * j, sc);
         let (s1, m1) = scale_min_k4(2 * j + 1, sc);
         let q = load(&qs[32 * j..]);
-        let mut lo = _mm256_and_si256(q, m4);
-        let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
-        if fifth {
-            lo = _mm256_or_si256(lo, bit_to_4(qh, 2 * j as i32));
-            hi = _mm256_or_si256(hi, bit_to_4(qh, 2 * j as i32 + 1));
-        }
+        let lo = _mm256_or_si256(_mm256_and_si256(q, m4), bit_to_4(qh, 2 * j as i32));
+        let hi = _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4),
+            bit_to_4(qh, 2 * j as i32 + 1),
+        );
         let (s0, s1) = (s0 as i16, s1 as i16);
         let plo = scaled(lo, load_i8(&a.qs[64 * j..]), s0, s0);
         let phi = scaled(hi, load_i8(&a.qs[64 * j + 32..]), s1, s1);
@@ -150,49 +141,4 @@ fn q4k(w: &[u8], a: &Q8KBlock, fifth: bool) -> (i32, i32, f32, f32) {
         msum += m0 as i32 * (b[0] as i32 + b[1] as i32) + m1 as i32 * (b[2] as i32 + b[3] as i32);
     }
     (hsum(sumi), msum, d, dmin)
-}
-
-/// A Q6_K super-block against one activation super-block: `(isum, msum, d, d)`.
-#[target_feature(enable = "avx2")]
-#[inline]
-fn q6k(w: &[u8], a: &Q8KBlock) -> (i32, i32, f32, f32) {
-    let (ql, qh, sc) = (&w[0..128], &w[128..192], &w[192..208]);
-    let d = f16_at(w, 208);
-    let sc = |s: usize| sc[s] as i8 as i16;
-    let m4 = _mm256_set1_epi8(0x0f);
-    let m2 = _mm256_set1_epi8(0x30);
-    let mut sumi = _mm256_setzero_si256();
-    for half in 0..2 {
-        let l1 = load(&ql[64 * half..]);
-        let l2 = load(&ql[64 * half + 32..]);
-        let h = load(&qh[32 * half..]);
-        let q = [
-            _mm256_or_si256(
-                _mm256_and_si256(l1, m4),
-                _mm256_and_si256(_mm256_slli_epi16::<4>(h), m2),
-            ),
-            _mm256_or_si256(
-                _mm256_and_si256(l2, m4),
-                _mm256_and_si256(_mm256_slli_epi16::<2>(h), m2),
-            ),
-            _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi16::<4>(l1), m4),
-                _mm256_and_si256(h, m2),
-            ),
-            _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi16::<4>(l2), m4),
-                _mm256_and_si256(_mm256_srli_epi16::<2>(h), m2),
-            ),
-        ];
-        for (c, q) in q.into_iter().enumerate() {
-            let s = 8 * half + 2 * c;
-            let p = scaled(q, load_i8(&a.qs[128 * half + 32 * c..]), sc(s), sc(s + 1));
-            sumi = _mm256_add_epi32(sumi, p);
-        }
-    }
-    let mut msum = 0i32;
-    for (s, &b) in a.bsums.iter().enumerate() {
-        msum += 32 * sc(s) as i32 * b as i32;
-    }
-    (hsum(sumi), msum, d, d)
 }

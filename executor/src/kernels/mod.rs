@@ -49,6 +49,7 @@ mod dense;
 mod k_row;
 mod q4_1;
 mod q4k;
+mod q6k;
 mod q8_0;
 mod q8k;
 mod quant;
@@ -69,6 +70,7 @@ pub use dense::{BF16Bits, F16Bits};
 pub use dispatch::{KernelPath, kernel_path};
 pub use q4_1::PackedQ4_1;
 pub use q4k::PackedQ4K;
+pub use q6k::PackedQ6K;
 pub use q8_0::PackedQ8_0;
 pub use qx_0::{PackedQ4_0, PackedQ5_0};
 
@@ -83,6 +85,7 @@ const _: () = assert!(
         && q8_0::GROUP == GROUP
         && qx_0::GROUP == GROUP
         && q4k::GROUP == GROUP
+        && q6k::GROUP == GROUP
         && dense::GROUP == GROUP
 );
 
@@ -263,6 +266,8 @@ pub enum QData {
     Q5_0(PackedQ5_0),
     /// Q4_K super-blocks in 8-row tiles.
     Q4K(PackedQ4K),
+    /// Q6_K super-blocks in 8-row tiles.
+    Q6K(PackedQ6K),
     /// Other ggml blocks, row-major as stored.
     Blocks(PackedBlocks),
     /// Row-major f32, `rows × cols`.
@@ -350,6 +355,7 @@ impl QMatrix {
             QDtype::Blocks(BlockType::Q4_0) => QData::Q4_0(PackedQ4_0::pack(bytes, rows, cols)),
             QDtype::Blocks(BlockType::Q5_0) => QData::Q5_0(PackedQ5_0::pack(bytes, rows, cols)),
             QDtype::Blocks(BlockType::Q4K) => QData::Q4K(PackedQ4K::pack(bytes, rows, cols)),
+            QDtype::Blocks(BlockType::Q6K) => QData::Q6K(PackedQ6K::pack(bytes, rows, cols)),
             QDtype::Blocks(b) => QData::Blocks(PackedBlocks::pack(b, bytes, cols)),
         };
         Ok(QMatrix { rows, cols, data })
@@ -410,6 +416,7 @@ impl QMatrix {
             QData::Q4_0(_) => QDtype::Blocks(BlockType::Q4_0),
             QData::Q5_0(_) => QDtype::Blocks(BlockType::Q5_0),
             QData::Q4K(_) => QDtype::Blocks(BlockType::Q4K),
+            QData::Q6K(_) => QDtype::Blocks(BlockType::Q6K),
             QData::Blocks(b) => QDtype::Blocks(b.block_type()),
             QData::F32(_) => QDtype::F32,
             QData::F16(_) => QDtype::F16,
@@ -430,6 +437,7 @@ impl QMatrix {
             QData::Q4_0(p) => p.byte_size(),
             QData::Q5_0(p) => p.byte_size(),
             QData::Q4K(p) => p.byte_size(),
+            QData::Q6K(p) => p.byte_size(),
             QData::Blocks(p) => p.byte_size(),
             QData::F32(v) => std::mem::size_of_val(v.as_slice()),
             QData::F16(v) => std::mem::size_of_val(v.as_slice()),
@@ -447,6 +455,7 @@ impl QMatrix {
             QData::Q4_0(p) => p.ggml_bytes(0..self.rows, self.cols, &mut out),
             QData::Q5_0(p) => p.ggml_bytes(0..self.rows, self.cols, &mut out),
             QData::Q4K(p) => p.ggml_bytes(0..self.rows, self.cols, &mut out),
+            QData::Q6K(p) => p.ggml_bytes(0..self.rows, self.cols, &mut out),
             QData::Blocks(p) => p.ggml_bytes(0..self.rows, &mut out),
             QData::F32(v) => out.extend(v.iter().flat_map(|x| x.to_le_bytes())),
             QData::F16(v) => out.extend(v.iter().flat_map(|x| x.0.to_le_bytes())),
@@ -479,6 +488,11 @@ impl QMatrix {
                 let mut bytes = Vec::new();
                 p.ggml_bytes(row..row + 1, self.cols, &mut bytes);
                 blocks::dequantize_row(BlockType::Q4K, &bytes, out);
+            }
+            QData::Q6K(p) => {
+                let mut bytes = Vec::new();
+                p.ggml_bytes(row..row + 1, self.cols, &mut bytes);
+                blocks::dequantize_row(BlockType::Q6K, &bytes, out);
             }
             QData::Blocks(p) => p.dequantize_row(row, out),
             QData::F32(v) => out.copy_from_slice(&v[row * self.cols..(row + 1) * self.cols]),
@@ -675,6 +689,10 @@ pub fn matmul_on_path(
             tiles: p.tiles(),
             acts: quantize_acts_k(path, x, t, cols, acts_k),
         },
+        QData::Q6K(p) => Work::Q6K {
+            tiles: p.tiles(),
+            acts: quantize_acts_k(path, x, t, cols, acts_k),
+        },
         QData::Blocks(p) if p.block_type().is_k() => Work::Blocks {
             w: p,
             acts: BlockActs::K(quantize_acts_k(path, x, t, cols, acts_k)),
@@ -768,6 +786,10 @@ enum Work<'a> {
         tiles: &'a [q4k::Q4Kx8],
         acts: &'a [Q8KBlock],
     },
+    Q6K {
+        tiles: &'a [q6k::Q6Kx8],
+        acts: &'a [Q8KBlock],
+    },
     Blocks {
         w: &'a PackedBlocks,
         acts: BlockActs<'a>,
@@ -822,6 +844,9 @@ impl Job<'_> {
                     Work::Q4K { tiles, acts } => {
                         q4k::run_avx2(tiles, nb_k, acts, groups, act_rows, sink)
                     }
+                    Work::Q6K { tiles, acts } => {
+                        q6k::run_avx2(tiles, nb_k, acts, groups, act_rows, sink)
+                    }
                     Work::Blocks { w, acts } => blocked::run(true, w, acts, groups, act_rows, sink),
                     Work::F32 { w, x } => {
                         dense::run_avx2(w, self.rows, self.cols, x, groups, act_rows, sink)
@@ -842,6 +867,7 @@ impl Job<'_> {
             Work::Q4_0 { tiles, acts } => qx_0::run_scalar(tiles, nb, acts, groups, act_rows, sink),
             Work::Q5_0 { tiles, acts } => qx_0::run_scalar(tiles, nb, acts, groups, act_rows, sink),
             Work::Q4K { tiles, acts } => q4k::run_scalar(tiles, nb_k, acts, groups, act_rows, sink),
+            Work::Q6K { tiles, acts } => q6k::run_scalar(tiles, nb_k, acts, groups, act_rows, sink),
             Work::Blocks { w, acts } => blocked::run(false, w, acts, groups, act_rows, sink),
             Work::F32 { w, x } => {
                 dense::run_scalar(w, self.rows, self.cols, x, groups, act_rows, sink)
@@ -868,6 +894,10 @@ impl Job<'_> {
             Work::Q4K { .. } => {
                 let nb_k = self.cols / blocks::QK_K;
                 (nb_k * size_of::<q4k::Q4Kx8>(), nb_k * size_of::<Q8KBlock>())
+            }
+            Work::Q6K { .. } => {
+                let nb_k = self.cols / blocks::QK_K;
+                (nb_k * size_of::<q6k::Q6Kx8>(), nb_k * size_of::<Q8KBlock>())
             }
             Work::Blocks { w, acts } => (
                 GROUP * w.byte_size() / self.rows,
@@ -972,6 +1002,7 @@ impl Job<'_> {
             Work::Q4_0 { .. } => groups * nb * size_of::<qx_0::Q4_0x8>(),
             Work::Q5_0 { .. } => groups * nb * size_of::<qx_0::Q5_0x8>(),
             Work::Q4K { .. } => groups * (self.cols / blocks::QK_K) * size_of::<q4k::Q4Kx8>(),
+            Work::Q6K { .. } => groups * (self.cols / blocks::QK_K) * size_of::<q6k::Q6Kx8>(),
             Work::Blocks { w, .. } => w.byte_size(),
             Work::F32 { .. } => self.rows * self.cols * 4,
             Work::F16 { .. } | Work::BF16 { .. } => self.rows * self.cols * 2,

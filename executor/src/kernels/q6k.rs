@@ -1,0 +1,345 @@
+//! Q6_K weights: storage in 8-row interleaved tiles and their product with Q8_K
+//! activations.
+//!
+//! Why their own tiles: Q6_K holds the output head and part of the feed-forward of every
+//! `Q4_K_M` file, and all of a `Q6_K` one; as for Q4_K (`q4k`), decoding its layout once
+//! at load lets the kernel multiply 8 rows per register at every batch size.
+//!
+//! The format is ggml's `block_q6_K`: per 256 weights 128 bytes of low nibbles, 64 bytes
+//! of 2-bit high parts, 16 signed 8-bit scales (one per 16 weights) and an f16 `d`, `w =
+//! d·sc·(q − 32)` with `q` in 0..64. A tile, [`Q6Kx8`], holds one super-block of 8 rows
+//! with the weights regrouped in chunks of 4 consecutive values × 8 rows: chunk `k`
+//! (values `4k..4k+4`) has its low nibbles in byte plane `k % 32` (low half of each byte
+//! for `k < 32`, high half after) and its high parts in bits `2(k/16)..2(k/16)+2` of
+//! 2-bit plane `k % 16`; the scales are kept in pairs (row `r`'s scales of groups `2p`
+//! and `2p + 1` side by side), which gives both the multiplier of a group's products and,
+//! with one `vpmaddwd`, the minimum term. 1,680 bytes, exactly the 8 source blocks.
+//!
+//! Numerics: per super-block the exact integers of the blocked kernel (`isum = Σ sc·Σ
+//! q·a`, `msum = Σ 32·sc·bsum`) and its float steps (`acc += dx·(d·isum − d·msum)`), so
+//! the outputs keep their bits on both paths, whatever the batch.
+
+use std::ops::Range;
+
+use half::f16;
+
+use super::Sink;
+use super::blocks::QK_K;
+use super::q8k::Q8KBlock;
+
+/// Weight rows per tile.
+pub(crate) const GROUP: usize = 8;
+/// Bytes of one ggml `block_q6_K`.
+pub(crate) const BLOCK_BYTES: usize = 210;
+
+/// One super-block (256 columns) of 8 interleaved Q6_K weight rows.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct Q6Kx8 {
+    d: [f16; GROUP],
+    /// Pair `p`: bytes `2r`, `2r + 1` are row `r`'s scales of groups `2p`, `2p + 1`.
+    scales: [[i8; 2 * GROUP]; 8],
+    /// Low nibbles: plane `k % 32` holds chunk `k`, in the low half for `k < 32`.
+    ql: [[u8; 4 * GROUP]; 32],
+    /// High parts: plane `k % 16`, bits `2(k/16)..+2`, for chunk `k`.
+    qh: [[u8; 4 * GROUP]; 16],
+}
+
+impl Q6Kx8 {
+    const ZERO: Q6Kx8 = Q6Kx8 {
+        d: [f16::ZERO; GROUP],
+        scales: [[0; 2 * GROUP]; 8],
+        ql: [[0; 4 * GROUP]; 32],
+        qh: [[0; 4 * GROUP]; 16],
+    };
+
+    /// The 256 unsigned quants (0..64) of a ggml block, in order.
+    fn quants(b: &[u8]) -> [u8; QK_K] {
+        let (ql, qh) = (&b[0..128], &b[128..192]);
+        let mut q = [0u8; QK_K];
+        for h in 0..2 {
+            for l in 0..32 {
+                let (a, c, hb) = (ql[64 * h + l], ql[64 * h + 32 + l], qh[32 * h + l]);
+                q[128 * h + l] = (a & 0x0f) | ((hb & 3) << 4);
+                q[128 * h + 32 + l] = (c & 0x0f) | (((hb >> 2) & 3) << 4);
+                q[128 * h + 64 + l] = (a >> 4) | (((hb >> 4) & 3) << 4);
+                q[128 * h + 96 + l] = (c >> 4) | (((hb >> 6) & 3) << 4);
+            }
+        }
+        q
+    }
+
+    /// Unsigned quant `v` (0..256) of row `r`.
+    #[inline(always)]
+    fn q(&self, r: usize, v: usize) -> u8 {
+        let (k, e) = (v / 4, v % 4);
+        let lo = self.ql[k % 32][4 * r + e];
+        let lo = if k < 32 { lo & 0x0f } else { lo >> 4 };
+        let hi = (self.qh[k % 16][4 * r + e] >> (2 * (k / 16))) & 3;
+        lo | (hi << 4)
+    }
+
+    fn scale(&self, r: usize, g: usize) -> i8 {
+        self.scales[g / 2][2 * r + g % 2]
+    }
+
+    fn set_row(&mut self, r: usize, b: &[u8]) {
+        self.d[r] = f16::from_le_bytes([b[208], b[209]]);
+        for g in 0..16 {
+            self.scales[g / 2][2 * r + g % 2] = b[192 + g] as i8;
+        }
+        let q = Self::quants(b);
+        for (v, &q) in q.iter().enumerate() {
+            let (k, e) = (v / 4, v % 4);
+            let shift = if k < 32 { 0 } else { 4 };
+            self.ql[k % 32][4 * r + e] |= (q & 0x0f) << shift;
+            self.qh[k % 16][4 * r + e] |= (q >> 4) << (2 * (k / 16));
+        }
+    }
+
+    /// Row `r` as its ggml block.
+    fn row_block(&self, r: usize, out: &mut Vec<u8>) {
+        let q: [u8; QK_K] = std::array::from_fn(|v| self.q(r, v));
+        let (mut ql, mut qh) = ([0u8; 128], [0u8; 64]);
+        for h in 0..2 {
+            for l in 0..32 {
+                let v = |o: usize| q[128 * h + o + l];
+                ql[64 * h + l] = (v(0) & 0x0f) | ((v(64) & 0x0f) << 4);
+                ql[64 * h + 32 + l] = (v(32) & 0x0f) | ((v(96) & 0x0f) << 4);
+                qh[32 * h + l] =
+                    (v(0) >> 4) | ((v(32) >> 4) << 2) | ((v(64) >> 4) << 4) | ((v(96) >> 4) << 6);
+            }
+        }
+        out.extend_from_slice(&ql);
+        out.extend_from_slice(&qh);
+        out.extend((0..16).map(|g| self.scale(r, g) as u8));
+        out.extend_from_slice(&self.d[r].to_le_bytes());
+    }
+}
+
+/// A Q6_K matrix in 8-row tiles (see the module documentation).
+#[derive(Clone)]
+pub struct PackedQ6K {
+    tiles: Vec<Q6Kx8>,
+}
+
+impl PackedQ6K {
+    /// Regroups `rows` rows of ggml blocks (`bytes.len() == rows · cols/256 · 210`,
+    /// checked by the caller) into tiles.
+    pub(crate) fn pack(bytes: &[u8], rows: usize, cols: usize) -> Self {
+        let nb = cols / QK_K;
+        let mut tiles = vec![Q6Kx8::ZERO; rows.div_ceil(GROUP) * nb];
+        for (row, src) in bytes.chunks_exact(nb * BLOCK_BYTES).enumerate() {
+            let (g, r) = (row / GROUP, row % GROUP);
+            for (tile, b) in tiles[g * nb..(g + 1) * nb]
+                .iter_mut()
+                .zip(src.chunks_exact(BLOCK_BYTES))
+            {
+                tile.set_row(r, b);
+            }
+        }
+        PackedQ6K { tiles }
+    }
+
+    /// The ggml bytes of rows `rows`, the inverse of [`Self::pack`].
+    pub(crate) fn ggml_bytes(&self, rows: Range<usize>, cols: usize, out: &mut Vec<u8>) {
+        let nb = cols / QK_K;
+        for row in rows {
+            let (g, r) = (row / GROUP, row % GROUP);
+            for tile in &self.tiles[g * nb..(g + 1) * nb] {
+                tile.row_block(r, out);
+            }
+        }
+    }
+
+    pub(crate) fn tiles(&self) -> &[Q6Kx8] {
+        &self.tiles
+    }
+
+    pub(crate) fn byte_size(&self) -> usize {
+        std::mem::size_of_val(self.tiles.as_slice())
+    }
+}
+
+/// Portable kernel: per output, the blocked kernel's integers and float steps.
+pub(crate) fn run_scalar(
+    tiles: &[Q6Kx8],
+    nb: usize,
+    acts: &[Q8KBlock],
+    groups: Range<usize>,
+    rows: Range<usize>,
+    sink: &mut Sink<'_>,
+) {
+    for g in groups {
+        let gt = &tiles[g * nb..(g + 1) * nb];
+        for i in rows.clone() {
+            let xa = &acts[i * nb..(i + 1) * nb];
+            let mut acc = [0f32; GROUP];
+            for (tile, a) in gt.iter().zip(xa) {
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let (mut isum, mut msum) = (0i32, 0i32);
+                    for s in 0..16 {
+                        let mut p = 0i32;
+                        for v in 16 * s..16 * s + 16 {
+                            p += tile.q(r, v) as i32 * a.qs[v] as i32;
+                        }
+                        let sc = tile.scale(r, s) as i32;
+                        isum += sc * p;
+                        msum += 32 * sc * a.bsums[s] as i32;
+                    }
+                    let d = tile.d[r].to_f32();
+                    *acc += a.d * (d * isum as f32 - d * msum as f32);
+                }
+            }
+            sink(g, i, &acc);
+        }
+    }
+}
+
+/// AVX2 kernel over a rectangle of tile groups × activation rows, in runs of up to four
+/// activation rows sharing each unpacked weight chunk.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn run_avx2(
+    tiles: &[Q6Kx8],
+    nb: usize,
+    acts: &[Q8KBlock],
+    groups: Range<usize>,
+    rows: Range<usize>,
+    sink: &mut Sink<'_>,
+) {
+    let row = |i: usize| &acts[i * nb..(i + 1) * nb];
+    for g in groups {
+        let gt = &tiles[g * nb..(g + 1) * nb];
+        let mut i = rows.start;
+        while i + 4 <= rows.end {
+            let out = tile_avx2(gt, std::array::from_fn::<_, 4, _>(|k| row(i + k)));
+            for (k, o) in out.iter().enumerate() {
+                sink(g, i + k, o);
+            }
+            i += 4;
+        }
+        match rows.end - i {
+            3 => {
+                let out = tile_avx2(gt, [row(i), row(i + 1), row(i + 2)]);
+                for (k, o) in out.iter().enumerate() {
+                    sink(g, i + k, o);
+                }
+            }
+            2 => {
+                let out = tile_avx2(gt, [row(i), row(i + 1)]);
+                for (k, o) in out.iter().enumerate() {
+                    sink(g, i + k, o);
+                }
+            }
+            1 => sink(g, i, &tile_avx2(gt, [row(i)])[0]),
+            _ => {}
+        }
+    }
+}
+
+/// The 8 × R outputs of one tile group against R activation rows. A `vpmaddubsw` pair
+/// sum is at most 2·63·127 = 16002, so two chunks are summed in 16 bits before
+/// `vpmaddwd` widens them with the group's scales.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn tile_avx2<const R: usize>(gt: &[Q6Kx8], acts: [&[Q8KBlock]; R]) -> [[f32; GROUP]; R] {
+    use std::arch::x86_64::*;
+    let acts = acts.map(|a| &a[..gt.len()]);
+    let mut acc = [_mm256_setzero_ps(); R];
+    for (b, tile) in gt.iter().enumerate() {
+        let a: [&Q8KBlock; R] = std::array::from_fn(|r| &acts[r][b]);
+        let mut isum = [_mm256_setzero_si256(); R];
+        quarter::<0, R>(tile, a, &mut isum);
+        quarter::<1, R>(tile, a, &mut isum);
+        quarter::<2, R>(tile, a, &mut isum);
+        quarter::<3, R>(tile, a, &mut isum);
+        // SAFETY: reads the 16 bytes of an 8-element f16 array.
+        let dw = unsafe { _mm256_cvtph_ps(_mm_loadu_si128(tile.d.as_ptr().cast())) };
+        for r in 0..R {
+            let mut msum = _mm256_setzero_si256();
+            for (p, pair) in tile.scales.iter().enumerate() {
+                // SAFETY: reads the 16 bytes of a scale pair array.
+                let pair16 = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(pair.as_ptr().cast()) });
+                let bs =
+                    (a[r].bsums[2 * p] as i32 & 0xffff) | ((a[r].bsums[2 * p + 1] as i32) << 16);
+                msum = _mm256_add_epi32(msum, _mm256_madd_epi16(pair16, _mm256_set1_epi32(bs)));
+            }
+            let m = _mm256_slli_epi32::<5>(msum);
+            let val = _mm256_mul_ps(
+                _mm256_set1_ps(a[r].d),
+                _mm256_sub_ps(
+                    _mm256_mul_ps(dw, _mm256_cvtepi32_ps(isum[r])),
+                    _mm256_mul_ps(dw, _mm256_cvtepi32_ps(m)),
+                ),
+            );
+            acc[r] = _mm256_add_ps(acc[r], val);
+        }
+    }
+    let mut out = [[0f32; GROUP]; R];
+    for (o, a) in out.iter_mut().zip(acc) {
+        // SAFETY: stores 8 floats into an 8-float array.
+        unsafe { _mm256_storeu_ps(o.as_mut_ptr(), a) };
+    }
+    out
+}
+
+/// Chunks `16S..16S + 16` (groups `4S..4S + 4`) of a tile against R activation blocks,
+/// added to `isum`: within a quarter the nibble half and the high-part shift are fixed.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn quarter<const S: usize, const R: usize>(
+    tile: &Q6Kx8,
+    a: [&Q8KBlock; R],
+    isum: &mut [std::arch::x86_64::__m256i; R],
+) {
+    use std::arch::x86_64::*;
+    let word = |a: &Q8KBlock, k: usize| {
+        let q = &a.qs[4 * k..4 * k + 4];
+        i32::from_le_bytes([q[0] as u8, q[1] as u8, q[2] as u8, q[3] as u8])
+    };
+    // SAFETY (every intrinsic below): only inlined into `tile_avx2`, compiled with avx2;
+    // each load reads the 16 or 32 bytes of one array of the tile.
+    unsafe {
+        let m4 = _mm256_set1_epi8(0x0f);
+        let m2 = _mm256_set1_epi8(0x30);
+        for gq in 0..4 {
+            let grp = 4 * S + gq;
+            let pair = _mm_loadu_si128(tile.scales[grp / 2].as_ptr().cast());
+            let sel = if grp.is_multiple_of(2) {
+                _mm_setr_epi8(0, 0, 2, 2, 4, 4, 6, 6, 8, 8, 10, 10, 12, 12, 14, 14)
+            } else {
+                _mm_setr_epi8(1, 1, 3, 3, 5, 5, 7, 7, 9, 9, 11, 11, 13, 13, 15, 15)
+            };
+            let sc = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(pair, sel));
+            for two in 0..2 {
+                let mut s16 = [_mm256_setzero_si256(); R];
+                for m in 0..2 {
+                    let k = 4 * grp + 2 * two + m;
+                    let l = _mm256_loadu_si256(tile.ql[k % 32].as_ptr().cast());
+                    let h = _mm256_loadu_si256(tile.qh[k % 16].as_ptr().cast());
+                    let lo = if S < 2 {
+                        _mm256_and_si256(l, m4)
+                    } else {
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(l), m4)
+                    };
+                    let hi = match S {
+                        0 => _mm256_slli_epi16::<4>(h),
+                        1 => _mm256_slli_epi16::<2>(h),
+                        2 => h,
+                        _ => _mm256_srli_epi16::<2>(h),
+                    };
+                    let q = _mm256_or_si256(lo, _mm256_and_si256(hi, m2));
+                    for r in 0..R {
+                        let x = _mm256_set1_epi32(word(a[r], k));
+                        s16[r] = _mm256_add_epi16(s16[r], _mm256_maddubs_epi16(q, x));
+                    }
+                }
+                for r in 0..R {
+                    isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(s16[r], sc));
+                }
+            }
+        }
+    }
+}
