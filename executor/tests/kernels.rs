@@ -47,7 +47,7 @@ impl Rng {
 }
 
 fn paths() -> Vec<KernelPath> {
-    [KernelPath::Scalar, KernelPath::Avx2, KernelPath::AvxVnni]
+    [KernelPath::Scalar, KernelPath::Avx2, KernelPath::Avx512Vnni]
         .into_iter()
         .filter(|p| p.is_available())
         .collect()

@@ -824,9 +824,9 @@ impl Job<'_> {
         #[cfg(target_arch = "x86_64")]
         if self.path.uses_avx2() {
             // SAFETY: `matmul_on_path` only builds a job on an AVX2 path after
-            // `is_available()`, i.e. runtime detection of avx2, fma, f16c (and avxvnni for
-            // `AvxVnni`).
-            let vnni = self.path == KernelPath::AvxVnni;
+            // `is_available()`, i.e. runtime detection of avx2, fma, f16c (and avx512f,
+            // avx512vl, avx512vnni for `Avx512Vnni`).
+            let vnni = self.path == KernelPath::Avx512Vnni;
             unsafe {
                 match self.work {
                     Work::Q4_1 { tiles, acts } => {

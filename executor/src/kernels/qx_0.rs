@@ -211,11 +211,12 @@ pub(crate) fn run_scalar<const QH: usize>(
 }
 
 /// AVX2 kernel over a rectangle of tile groups × activation rows, in runs of up to six
-/// activation rows sharing each unpacked weight chunk. With `vnni` (the CPU has
-/// AVX-VNNI, checked by the caller) the products use `vpdpbusd`.
+/// activation rows sharing each unpacked weight chunk. With `vnni` (the CPU has AVX-512
+/// F, VL and VNNI, checked by the caller) the products use `vpdpbusd`.
 ///
 /// # Safety
-/// The CPU must support avx2, fma and f16c, and avxvnni when `vnni` is set.
+/// The CPU must support avx2, fma and f16c, and avx512f, avx512vl and avx512vnni when
+/// `vnni` is set.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn run_avx2<const QH: usize>(
@@ -228,7 +229,7 @@ pub(crate) unsafe fn run_avx2<const QH: usize>(
     sink: &mut Sink<'_>,
 ) {
     if vnni {
-        // SAFETY: the caller checked avxvnni.
+        // SAFETY: the caller checked avx512f, avx512vl and avx512vnni.
         unsafe { run_vnni(tiles, nb, acts, groups, rows, sink) };
     } else {
         run_body::<QH, false>(tiles, nb, acts, groups, rows, sink);
@@ -236,7 +237,7 @@ pub(crate) unsafe fn run_avx2<const QH: usize>(
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
 fn run_vnni<const QH: usize>(
     tiles: &[Qx0x8<QH>],
     nb: usize,
@@ -264,9 +265,9 @@ fn run_body<const QH: usize, const VNNI: bool>(
         let gt = &tiles[g * nb..(g + 1) * nb];
         let mut i = rows.start;
         // Registers per activation row: three for Q5_0 on AVX2 (a 16-bit and a 32-bit
-        // sum, the accumulator) and on AVX-VNNI (two 32-bit sums, the accumulator), two
-        // for Q4_0 on AVX2: runs of 4, and of 6 where two suffice.
-        while QH == 0 && !VNNI && i + 6 <= rows.end {
+        // sum, the accumulator), two for Q4_0 on AVX2, three with VNNI (two 32-bit
+        // sums, the accumulator) out of 32: runs of 6 except for Q5_0 on AVX2 (4).
+        while (QH == 0 || VNNI) && i + 6 <= rows.end {
             let out = tile::<QH, 6, VNNI>(gt, std::array::from_fn(|k| row(i + k)));
             for (k, o) in out.iter().enumerate() {
                 sink(g, i + k, o);
@@ -317,7 +318,8 @@ fn tile<const QH: usize, const R: usize, const VNNI: bool>(
     use std::arch::x86_64::*;
     let acts = acts.map(|a| &a[..gt.len()]);
     // SAFETY (every intrinsic below): this function is only inlined into callers compiled
-    // with avx2, fma and f16c, and, when `VNNI`, avxvnni (`run_avx2`, `run_vnni`).
+    // with avx2, fma and f16c, and, when `VNNI`, avx512vl and avx512vnni (`run_avx2`,
+    // `run_vnni`).
     unsafe {
         let m4 = _mm256_set1_epi8(0x0f);
         let bit4 = _mm256_set1_epi8(0x10);
@@ -350,8 +352,8 @@ fn tile<const QH: usize, const R: usize, const VNNI: bool>(
                     let ahi = _mm256_set1_epi32(a.word(4 + j));
                     if VNNI {
                         // Two chains (low and high nibbles) halve the dependent latency.
-                        s32[r] = _mm256_dpbusd_avx_epi32(s32[r], lo, alo);
-                        s16[r] = _mm256_dpbusd_avx_epi32(s16[r], hi, ahi);
+                        s32[r] = _mm256_dpbusd_epi32(s32[r], lo, alo);
+                        s16[r] = _mm256_dpbusd_epi32(s16[r], hi, ahi);
                         continue;
                     }
                     let plo = _mm256_maddubs_epi16(lo, alo);

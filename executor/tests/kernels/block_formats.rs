@@ -147,7 +147,7 @@ fn products_stay_within_the_activation_quantization_bound() {
 /// block kernel runs (Q5_1, the K-quants) the integer sums are exact on both paths and
 /// the float steps the same, so the AVX2 path gives the scalar path's bits; Q4_0 and
 /// Q5_0 take the Q8_0 kernel's float steps (fused on AVX2, not on the scalar path), so
-/// there the scalar path differs in f32 rounding only, and AVX-VNNI gives AVX2's bits.
+/// there the scalar path differs in f32 rounding only, and the VNNI path gives AVX2's bits.
 #[test]
 fn paths_agree_bitwise_and_rows_are_independent_of_their_batch() {
     let (rows, cols) = (203, 512);
@@ -179,7 +179,7 @@ fn paths_agree_bitwise_and_rows_are_independent_of_their_batch() {
                     );
                 }
             }
-            // The SIMD paths (AVX2, AVX-VNNI) agree bit for bit on every format.
+            // The SIMD paths (AVX2, AVX-512 VNNI) agree bit for bit on every format.
             let firsts: Vec<&Vec<f32>> = all.chunks(per_path).map(|c| &c[0]).collect();
             for (p, other) in firsts.iter().enumerate().skip(2) {
                 assert!(
