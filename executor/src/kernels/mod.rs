@@ -109,6 +109,9 @@ pub const ACT_SPLIT_MIN_T: usize = 32;
 const ACT_SPLIT_MAX_WEIGHT_BYTES: usize = 4 << 20;
 /// Fewest activation rows per task when splitting by activation rows.
 const ACT_SPLIT_MIN_ROWS: usize = 8;
+/// Activation rows are handed to the kernels in multiples of this (the kernels take
+/// runs of 3, 4 or 6 rows).
+const ROW_RUN: usize = 12;
 /// Most activation rows per round when splitting by weight rows (bounds the scratch).
 const GROUP_SPLIT_MAX_T: usize = 64;
 /// Tasks per pool thread, so a slow core (the machine is shared) does not stall the call.
@@ -910,7 +913,9 @@ impl Job<'_> {
             Work::F16 { .. } | Work::BF16 { .. } => (GROUP * self.cols * 2, self.cols * 4),
         };
         let group_block = (L2_BLOCK_BYTES / group_bytes).max(1);
-        let row_block = ((L1_BLOCK_BYTES / act_row_bytes) & !3).max(4);
+        // Whole runs of the kernels' row counts (3, 4 and 6 rows share a weight chunk):
+        // a block of 8 rows would run 6 + 2, the 2 at half the speed.
+        let row_block = (L1_BLOCK_BYTES / act_row_bytes / ROW_RUN * ROW_RUN).max(ROW_RUN);
         let mut g0 = groups.start;
         while g0 < groups.end {
             let g1 = groups.end.min(g0 + group_block);
@@ -937,7 +942,7 @@ impl Job<'_> {
             // Each task owns whole output rows and re-reads the (cache-resident) weights.
             let per = t
                 .div_ceil(threads * TASKS_PER_THREAD)
-                .next_multiple_of(4)
+                .next_multiple_of(ROW_RUN)
                 .max(ACT_SPLIT_MIN_ROWS);
             out.par_chunks_mut(per * rows)
                 .enumerate()
