@@ -1,6 +1,7 @@
-//! Matrices in ggml's other block formats (Q5_1, Q2_K … Q6_K) and their product with
-//! quantized activations. (Q4_0 and Q5_0 are decoded by the same `blocks` code, but
-//! held and multiplied in their own tiles, `qx_0`.)
+//! Matrices in ggml's other block formats (Q5_1, Q2_K, Q3_K, Q5_K) and their product
+//! with quantized activations. (Q4_0, Q5_0, Q4_K and Q6_K are decoded by the same
+//! `blocks` code at load, but held and multiplied in their own tiles: `qx_0`, `q4k`,
+//! `q6k`.)
 //!
 //! Storage is the file's own bytes, row-major, one row after another: the formats are
 //! read in place, never requantized, so a `_M` file's mix of types keeps each tensor's

@@ -2,9 +2,10 @@
 //!
 //! This module owns the weight matrices ([`QMatrix`], built from GGUF tensors or raw ggml
 //! block bytes) and the product `out = x · Wᵀ` ([`matmul`]) for a batch of `t` activation
-//! rows. Formats: ggml Q4_1, Q8_0, Q4_0 and Q5_0 in 8-row tiles with their own kernels
-//! (`q4_1`, `q8_0`, `qx_0`), the other block formats as stored (`blocked`; one
-//! activation row against Q4_K/Q5_K/Q6_K in `k_row`), and f32, f16 and bf16 (`dense`).
+//! rows. Formats: ggml Q4_1, Q8_0, Q4_0, Q5_0, Q4_K and Q6_K in 8-row tiles with their
+//! own kernels (`q4_1`, `q8_0`, `qx_0`, `q4k`, `q6k`), the other block formats as
+//! stored (`blocked`; one activation row of Q5_K in `k_row`), and f32, f16 and bf16
+//! (`dense`).
 //!
 //! Numerics follow ggml: each activation row is quantized per block of 32 values exactly
 //! like `quantize_row_q8_1` (Q8_1 for Q4_1 weights, the same quants without the sum for
