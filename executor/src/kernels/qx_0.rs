@@ -28,8 +28,8 @@
 //! quants and 8 16-bit adds, one or two `vpmaddwd`, the offset correction (`offset·Σa`,
 //! from the activation block's exact sum), one convert and one FMA for 8 × 32
 //! multiply-adds; the unpacking (two masks and a shift, for Q5_0 two more shifts, two
-//! masks and two ors per chunk) is shared by up to six (Q4_0) or four (Q5_0) activation
-//! rows. Multiplying unsigned quants and correcting once per block, instead of the sign
+//! masks and two ors per chunk) is shared by up to six activation rows (four for Q5_0 on
+//! the AVX2 path, which has 16 vector registers). Multiplying unsigned quants and correcting once per block, instead of the sign
 //! fix `|w|·(a·sign w)` per chunk, cut this kernel's time in a 128-token prefill 1.3x
 //! (perf samples).
 
