@@ -846,10 +846,10 @@ impl Job<'_> {
                         qx_0::run_avx2(vnni, tiles, nb, acts, groups, act_rows, sink)
                     }
                     Work::Q4K { tiles, acts } => {
-                        q4k::run_avx2(tiles, nb_k, acts, groups, act_rows, sink)
+                        q4k::run_avx2(vnni, tiles, nb_k, acts, groups, act_rows, sink)
                     }
                     Work::Q6K { tiles, acts } => {
-                        q6k::run_avx2(tiles, nb_k, acts, groups, act_rows, sink)
+                        q6k::run_avx2(vnni, tiles, nb_k, acts, groups, act_rows, sink)
                     }
                     Work::Blocks { w, acts } => blocked::run(true, w, acts, groups, act_rows, sink),
                     Work::F32 { w, x } => {

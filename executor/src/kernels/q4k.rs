@@ -182,10 +182,48 @@ pub(crate) fn run_scalar(
 }
 
 /// AVX2 kernel over a rectangle of tile groups × activation rows, in runs of up to
-/// three activation rows sharing each unpacked weight chunk.
+/// three activation rows sharing each unpacked weight chunk (six with `vnni`: the CPU
+/// has AVX-512 F, VL and VNNI, checked by the caller, and the products use `vpdpbusd`).
+///
+/// # Safety
+/// The CPU must support avx2, fma and f16c, and avx512f, avx512vl and avx512vnni when
+/// `vnni` is set.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) fn run_avx2(
+pub(crate) unsafe fn run_avx2(
+    vnni: bool,
+    tiles: &[Q4Kx8],
+    nb: usize,
+    acts: &[Q8KBlock],
+    groups: Range<usize>,
+    rows: Range<usize>,
+    sink: &mut Sink<'_>,
+) {
+    if vnni {
+        // SAFETY: the caller checked avx512f, avx512vl and avx512vnni.
+        unsafe { run_vnni(tiles, nb, acts, groups, rows, sink) };
+    } else {
+        run_body::<false>(tiles, nb, acts, groups, rows, sink);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+fn run_vnni(
+    tiles: &[Q4Kx8],
+    nb: usize,
+    acts: &[Q8KBlock],
+    groups: Range<usize>,
+    rows: Range<usize>,
+    sink: &mut Sink<'_>,
+) {
+    run_body::<true>(tiles, nb, acts, groups, rows, sink);
+}
+
+/// The loop of [`run_avx2`], inlined into a caller compiled with the features it uses.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn run_body<const VNNI: bool>(
     tiles: &[Q4Kx8],
     nb: usize,
     acts: &[Q8KBlock],
@@ -194,11 +232,21 @@ pub(crate) fn run_avx2(
     sink: &mut Sink<'_>,
 ) {
     let row = |i: usize| &acts[i * nb..(i + 1) * nb];
+    // The tail runs take the AVX2 products even on the VNNI path: for one or two rows
+    // the scale multiply (`vpmulld`) costs more than VNNI saves (the integers, so the
+    // bits, are the same either way).
     for g in groups {
         let gt = &tiles[g * nb..(g + 1) * nb];
         let mut i = rows.start;
+        while VNNI && i + 6 <= rows.end {
+            let out = tile::<6, VNNI>(gt, std::array::from_fn(|k| row(i + k)));
+            for (k, o) in out.iter().enumerate() {
+                sink(g, i + k, o);
+            }
+            i += 6;
+        }
         while i + 3 <= rows.end {
-            let out = tile_avx2(gt, [row(i), row(i + 1), row(i + 2)]);
+            let out = tile::<3, VNNI>(gt, [row(i), row(i + 1), row(i + 2)]);
             for (k, o) in out.iter().enumerate() {
                 sink(g, i + k, o);
             }
@@ -206,12 +254,12 @@ pub(crate) fn run_avx2(
         }
         match rows.end - i {
             2 => {
-                let out = tile_avx2(gt, [row(i), row(i + 1)]);
+                let out = tile::<2, false>(gt, [row(i), row(i + 1)]);
                 for (k, o) in out.iter().enumerate() {
                     sink(g, i + k, o);
                 }
             }
-            1 => sink(g, i, &tile_avx2(gt, [row(i)])[0]),
+            1 => sink(g, i, &tile::<1, false>(gt, [row(i)])[0]),
             _ => {}
         }
     }
@@ -219,85 +267,97 @@ pub(crate) fn run_avx2(
 
 /// The 8 × R outputs of one tile group against R activation rows. A `vpmaddubsw` pair
 /// sum is at most 2·15·127, eight of them 30480, so each sub-block's products are
-/// summed in 16 bits and widened by `vpmaddwd` with the rows' scales.
+/// summed in 16 bits and widened by `vpmaddwd` with the rows' scales. With `VNNI`,
+/// `vpdpbusd` sums a sub-block's products in 32 bits and one `vpmulld` applies the
+/// scales: the same integers.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-fn tile_avx2<const R: usize>(gt: &[Q4Kx8], acts: [&[Q8KBlock]; R]) -> [[f32; GROUP]; R] {
+#[inline(always)]
+fn tile<const R: usize, const VNNI: bool>(
+    gt: &[Q4Kx8],
+    acts: [&[Q8KBlock]; R],
+) -> [[f32; GROUP]; R] {
     use std::arch::x86_64::*;
     let acts = acts.map(|a| &a[..gt.len()]);
-    let m4 = _mm256_set1_epi8(0x0f);
     let word = |a: &Q8KBlock, k: usize| {
         let q = &a.qs[4 * k..4 * k + 4];
         i32::from_le_bytes([q[0] as u8, q[1] as u8, q[2] as u8, q[3] as u8])
     };
-    let mut acc = [_mm256_setzero_ps(); R];
-    for (b, tile) in gt.iter().enumerate() {
-        let mut isum = [_mm256_setzero_si256(); R];
-        for j in 0..4 {
-            let mut plo = [_mm256_setzero_si256(); R];
-            let mut phi = [_mm256_setzero_si256(); R];
-            for c in 0..8 {
-                // SAFETY: reads the 32 bytes of one chunk.
-                let w = unsafe { _mm256_loadu_si256(tile.qs[8 * j + c].as_ptr().cast()) };
-                let lo = _mm256_and_si256(w, m4);
-                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(w), m4);
+    // SAFETY (every intrinsic below): this function is only inlined into callers compiled
+    // with avx2, fma and f16c, and, when `VNNI`, avx512vl and avx512vnni (`run_avx2`,
+    // `run_vnni`); each load reads the 16 or 32 bytes of one array of the tile.
+    unsafe {
+        let m4 = _mm256_set1_epi8(0x0f);
+        let low16 = _mm256_set1_epi32(0xffff);
+        let mut acc = [_mm256_setzero_ps(); R];
+        for (b, tile) in gt.iter().enumerate() {
+            let mut isum = [_mm256_setzero_si256(); R];
+            for j in 0..4 {
+                let mut plo = [_mm256_setzero_si256(); R];
+                let mut phi = [_mm256_setzero_si256(); R];
+                for c in 0..8 {
+                    let w = _mm256_loadu_si256(tile.qs[8 * j + c].as_ptr().cast());
+                    let lo = _mm256_and_si256(w, m4);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(w), m4);
+                    for r in 0..R {
+                        let a = &acts[r][b];
+                        let alo = _mm256_set1_epi32(word(a, 16 * j + c));
+                        let ahi = _mm256_set1_epi32(word(a, 16 * j + 8 + c));
+                        if VNNI {
+                            plo[r] = _mm256_dpbusd_epi32(plo[r], lo, alo);
+                            phi[r] = _mm256_dpbusd_epi32(phi[r], hi, ahi);
+                        } else {
+                            plo[r] = _mm256_add_epi16(plo[r], _mm256_maddubs_epi16(lo, alo));
+                            phi[r] = _mm256_add_epi16(phi[r], _mm256_maddubs_epi16(hi, ahi));
+                        }
+                    }
+                }
+                let slo = _mm256_cvtepu8_epi16(_mm_loadu_si128(tile.scales[2 * j].as_ptr().cast()));
+                let shi =
+                    _mm256_cvtepu8_epi16(_mm_loadu_si128(tile.scales[2 * j + 1].as_ptr().cast()));
                 for r in 0..R {
-                    let a = &acts[r][b];
-                    let alo = _mm256_set1_epi32(word(a, 16 * j + c));
-                    let ahi = _mm256_set1_epi32(word(a, 16 * j + 8 + c));
-                    plo[r] = _mm256_add_epi16(plo[r], _mm256_maddubs_epi16(lo, alo));
-                    phi[r] = _mm256_add_epi16(phi[r], _mm256_maddubs_epi16(hi, ahi));
+                    let p = if VNNI {
+                        // The duplicated 16-bit scales, read as 32-bit lanes, masked.
+                        _mm256_add_epi32(
+                            _mm256_mullo_epi32(plo[r], _mm256_and_si256(slo, low16)),
+                            _mm256_mullo_epi32(phi[r], _mm256_and_si256(shi, low16)),
+                        )
+                    } else {
+                        _mm256_add_epi32(
+                            _mm256_madd_epi16(plo[r], slo),
+                            _mm256_madd_epi16(phi[r], shi),
+                        )
+                    };
+                    isum[r] = _mm256_add_epi32(isum[r], p);
                 }
             }
-            // SAFETY: each reads the 16 bytes of a scale array.
-            let (slo, shi) = unsafe {
-                (
-                    _mm256_cvtepu8_epi16(_mm_loadu_si128(tile.scales[2 * j].as_ptr().cast())),
-                    _mm256_cvtepu8_epi16(_mm_loadu_si128(tile.scales[2 * j + 1].as_ptr().cast())),
-                )
-            };
+            let dw = _mm256_cvtph_ps(_mm_loadu_si128(tile.d.as_ptr().cast()));
+            let dmw = _mm256_cvtph_ps(_mm_loadu_si128(tile.dmin.as_ptr().cast()));
             for r in 0..R {
-                let p = _mm256_add_epi32(
-                    _mm256_madd_epi16(plo[r], slo),
-                    _mm256_madd_epi16(phi[r], shi),
+                let a = &acts[r][b];
+                let mut msum = _mm256_setzero_si256();
+                for (p, mins) in tile.mins.iter().enumerate() {
+                    let s = 4 * p;
+                    let b0 = a.bsums[s] as i32 + a.bsums[s + 1] as i32;
+                    let b1 = a.bsums[s + 2] as i32 + a.bsums[s + 3] as i32;
+                    let pair = _mm256_set1_epi32((b0 & 0xffff) | (b1 << 16));
+                    let mv = _mm256_cvtepu8_epi16(_mm_loadu_si128(mins.as_ptr().cast()));
+                    msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mv, pair));
+                }
+                let val = _mm256_mul_ps(
+                    _mm256_set1_ps(a.d),
+                    _mm256_sub_ps(
+                        _mm256_mul_ps(dw, _mm256_cvtepi32_ps(isum[r])),
+                        _mm256_mul_ps(dmw, _mm256_cvtepi32_ps(msum)),
+                    ),
                 );
-                isum[r] = _mm256_add_epi32(isum[r], p);
+                acc[r] = _mm256_add_ps(acc[r], val);
             }
         }
-        // SAFETY: each reads the 16 bytes of an 8-element f16 array.
-        let (dw, dmw) = unsafe {
-            (
-                _mm256_cvtph_ps(_mm_loadu_si128(tile.d.as_ptr().cast())),
-                _mm256_cvtph_ps(_mm_loadu_si128(tile.dmin.as_ptr().cast())),
-            )
-        };
-        for r in 0..R {
-            let a = &acts[r][b];
-            let mut msum = _mm256_setzero_si256();
-            for (p, mins) in tile.mins.iter().enumerate() {
-                let s = 4 * p;
-                let b0 = a.bsums[s] as i32 + a.bsums[s + 1] as i32;
-                let b1 = a.bsums[s + 2] as i32 + a.bsums[s + 3] as i32;
-                let pair = _mm256_set1_epi32((b0 & 0xffff) | (b1 << 16));
-                // SAFETY: reads the 16 bytes of a minimum array.
-                let mv = unsafe { _mm256_cvtepu8_epi16(_mm_loadu_si128(mins.as_ptr().cast())) };
-                msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mv, pair));
-            }
-            let val = _mm256_mul_ps(
-                _mm256_set1_ps(a.d),
-                _mm256_sub_ps(
-                    _mm256_mul_ps(dw, _mm256_cvtepi32_ps(isum[r])),
-                    _mm256_mul_ps(dmw, _mm256_cvtepi32_ps(msum)),
-                ),
-            );
-            acc[r] = _mm256_add_ps(acc[r], val);
+        let mut out = [[0f32; GROUP]; R];
+        for (o, a) in out.iter_mut().zip(acc) {
+            // Stores 8 floats into an 8-float array.
+            _mm256_storeu_ps(o.as_mut_ptr(), a);
         }
+        out
     }
-    let mut out = [[0f32; GROUP]; R];
-    for (o, a) in out.iter_mut().zip(acc) {
-        // SAFETY: stores 8 floats into an 8-float array.
-        unsafe { _mm256_storeu_ps(o.as_mut_ptr(), a) };
-    }
-    out
 }

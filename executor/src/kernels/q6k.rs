@@ -197,10 +197,48 @@ pub(crate) fn run_scalar(
 }
 
 /// AVX2 kernel over a rectangle of tile groups × activation rows, in runs of up to four
-/// activation rows sharing each unpacked weight chunk.
+/// activation rows sharing each unpacked weight chunk (six with `vnni`: the CPU has
+/// AVX-512 F, VL and VNNI, checked by the caller, and the products use `vpdpbusd`).
+///
+/// # Safety
+/// The CPU must support avx2, fma and f16c, and avx512f, avx512vl and avx512vnni when
+/// `vnni` is set.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) fn run_avx2(
+pub(crate) unsafe fn run_avx2(
+    vnni: bool,
+    tiles: &[Q6Kx8],
+    nb: usize,
+    acts: &[Q8KBlock],
+    groups: Range<usize>,
+    rows: Range<usize>,
+    sink: &mut Sink<'_>,
+) {
+    if vnni {
+        // SAFETY: the caller checked avx512f, avx512vl and avx512vnni.
+        unsafe { run_vnni(tiles, nb, acts, groups, rows, sink) };
+    } else {
+        run_body::<false>(tiles, nb, acts, groups, rows, sink);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+fn run_vnni(
+    tiles: &[Q6Kx8],
+    nb: usize,
+    acts: &[Q8KBlock],
+    groups: Range<usize>,
+    rows: Range<usize>,
+    sink: &mut Sink<'_>,
+) {
+    run_body::<true>(tiles, nb, acts, groups, rows, sink);
+}
+
+/// The loop of [`run_avx2`], inlined into a caller compiled with the features it uses.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn run_body<const VNNI: bool>(
     tiles: &[Q6Kx8],
     nb: usize,
     acts: &[Q8KBlock],
@@ -209,11 +247,21 @@ pub(crate) fn run_avx2(
     sink: &mut Sink<'_>,
 ) {
     let row = |i: usize| &acts[i * nb..(i + 1) * nb];
+    // The tail runs take the AVX2 products even on the VNNI path: for one to three rows
+    // the scale multiply (`vpmulld`) costs more than VNNI saves (the integers, so the
+    // bits, are the same either way).
     for g in groups {
         let gt = &tiles[g * nb..(g + 1) * nb];
         let mut i = rows.start;
+        while VNNI && i + 6 <= rows.end {
+            let out = tile::<6, VNNI>(gt, std::array::from_fn(|k| row(i + k)));
+            for (k, o) in out.iter().enumerate() {
+                sink(g, i + k, o);
+            }
+            i += 6;
+        }
         while i + 4 <= rows.end {
-            let out = tile_avx2(gt, std::array::from_fn::<_, 4, _>(|k| row(i + k)));
+            let out = tile::<4, VNNI>(gt, std::array::from_fn(|k| row(i + k)));
             for (k, o) in out.iter().enumerate() {
                 sink(g, i + k, o);
             }
@@ -221,18 +269,18 @@ pub(crate) fn run_avx2(
         }
         match rows.end - i {
             3 => {
-                let out = tile_avx2(gt, [row(i), row(i + 1), row(i + 2)]);
+                let out = tile::<3, false>(gt, [row(i), row(i + 1), row(i + 2)]);
                 for (k, o) in out.iter().enumerate() {
                     sink(g, i + k, o);
                 }
             }
             2 => {
-                let out = tile_avx2(gt, [row(i), row(i + 1)]);
+                let out = tile::<2, false>(gt, [row(i), row(i + 1)]);
                 for (k, o) in out.iter().enumerate() {
                     sink(g, i + k, o);
                 }
             }
-            1 => sink(g, i, &tile_avx2(gt, [row(i)])[0]),
+            1 => sink(g, i, &tile::<1, false>(gt, [row(i)])[0]),
             _ => {}
         }
     }
@@ -240,56 +288,63 @@ pub(crate) fn run_avx2(
 
 /// The 8 × R outputs of one tile group against R activation rows. A `vpmaddubsw` pair
 /// sum is at most 2·63·127 = 16002, so two chunks are summed in 16 bits before
-/// `vpmaddwd` widens them with the group's scales.
+/// `vpmaddwd` widens them with the group's scales. With `VNNI`, `vpdpbusd` sums a
+/// group's four chunks in 32 bits and one `vpmulld` applies the scales: the same
+/// integers.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-fn tile_avx2<const R: usize>(gt: &[Q6Kx8], acts: [&[Q8KBlock]; R]) -> [[f32; GROUP]; R] {
+#[inline(always)]
+fn tile<const R: usize, const VNNI: bool>(
+    gt: &[Q6Kx8],
+    acts: [&[Q8KBlock]; R],
+) -> [[f32; GROUP]; R] {
     use std::arch::x86_64::*;
     let acts = acts.map(|a| &a[..gt.len()]);
-    let mut acc = [_mm256_setzero_ps(); R];
-    for (b, tile) in gt.iter().enumerate() {
-        let a: [&Q8KBlock; R] = std::array::from_fn(|r| &acts[r][b]);
-        let mut isum = [_mm256_setzero_si256(); R];
-        quarter::<0, R>(tile, a, &mut isum);
-        quarter::<1, R>(tile, a, &mut isum);
-        quarter::<2, R>(tile, a, &mut isum);
-        quarter::<3, R>(tile, a, &mut isum);
-        // SAFETY: reads the 16 bytes of an 8-element f16 array.
-        let dw = unsafe { _mm256_cvtph_ps(_mm_loadu_si128(tile.d.as_ptr().cast())) };
-        for r in 0..R {
-            let mut msum = _mm256_setzero_si256();
-            for (p, pair) in tile.scales.iter().enumerate() {
-                // SAFETY: reads the 16 bytes of a scale pair array.
-                let pair16 = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(pair.as_ptr().cast()) });
-                let bs =
-                    (a[r].bsums[2 * p] as i32 & 0xffff) | ((a[r].bsums[2 * p + 1] as i32) << 16);
-                msum = _mm256_add_epi32(msum, _mm256_madd_epi16(pair16, _mm256_set1_epi32(bs)));
+    // SAFETY (every intrinsic below): only inlined into callers compiled with avx2, fma
+    // and f16c (and avx512vl, avx512vnni when `VNNI`); each load reads the 16 bytes of
+    // one array of the tile.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); R];
+        for (b, tile) in gt.iter().enumerate() {
+            let a: [&Q8KBlock; R] = std::array::from_fn(|r| &acts[r][b]);
+            let mut isum = [_mm256_setzero_si256(); R];
+            quarter::<0, R, VNNI>(tile, a, &mut isum);
+            quarter::<1, R, VNNI>(tile, a, &mut isum);
+            quarter::<2, R, VNNI>(tile, a, &mut isum);
+            quarter::<3, R, VNNI>(tile, a, &mut isum);
+            let dw = _mm256_cvtph_ps(_mm_loadu_si128(tile.d.as_ptr().cast()));
+            for r in 0..R {
+                let mut msum = _mm256_setzero_si256();
+                for (p, pair) in tile.scales.iter().enumerate() {
+                    let pair16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(pair.as_ptr().cast()));
+                    let bs = (a[r].bsums[2 * p] as i32 & 0xffff)
+                        | ((a[r].bsums[2 * p + 1] as i32) << 16);
+                    msum = _mm256_add_epi32(msum, _mm256_madd_epi16(pair16, _mm256_set1_epi32(bs)));
+                }
+                let m = _mm256_slli_epi32::<5>(msum);
+                let val = _mm256_mul_ps(
+                    _mm256_set1_ps(a[r].d),
+                    _mm256_sub_ps(
+                        _mm256_mul_ps(dw, _mm256_cvtepi32_ps(isum[r])),
+                        _mm256_mul_ps(dw, _mm256_cvtepi32_ps(m)),
+                    ),
+                );
+                acc[r] = _mm256_add_ps(acc[r], val);
             }
-            let m = _mm256_slli_epi32::<5>(msum);
-            let val = _mm256_mul_ps(
-                _mm256_set1_ps(a[r].d),
-                _mm256_sub_ps(
-                    _mm256_mul_ps(dw, _mm256_cvtepi32_ps(isum[r])),
-                    _mm256_mul_ps(dw, _mm256_cvtepi32_ps(m)),
-                ),
-            );
-            acc[r] = _mm256_add_ps(acc[r], val);
         }
+        let mut out = [[0f32; GROUP]; R];
+        for (o, a) in out.iter_mut().zip(acc) {
+            // Stores 8 floats into an 8-float array.
+            _mm256_storeu_ps(o.as_mut_ptr(), a);
+        }
+        out
     }
-    let mut out = [[0f32; GROUP]; R];
-    for (o, a) in out.iter_mut().zip(acc) {
-        // SAFETY: stores 8 floats into an 8-float array.
-        unsafe { _mm256_storeu_ps(o.as_mut_ptr(), a) };
-    }
-    out
 }
 
 /// Chunks `16S..16S + 16` (groups `4S..4S + 4`) of a tile against R activation blocks,
 /// added to `isum`: within a quarter the nibble half and the high-part shift are fixed.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn quarter<const S: usize, const R: usize>(
+fn quarter<const S: usize, const R: usize, const VNNI: bool>(
     tile: &Q6Kx8,
     a: [&Q8KBlock; R],
     isum: &mut [std::arch::x86_64::__m256i; R],
@@ -299,11 +354,9 @@ fn quarter<const S: usize, const R: usize>(
         let q = &a.qs[4 * k..4 * k + 4];
         i32::from_le_bytes([q[0] as u8, q[1] as u8, q[2] as u8, q[3] as u8])
     };
-    // SAFETY (every intrinsic below): only inlined into `tile_avx2`, compiled with avx2;
-    // each load reads the 16 or 32 bytes of one array of the tile.
+    // SAFETY (every intrinsic below): only inlined into `tile`, see there; each load
+    // reads the 16 or 32 bytes of one array of the tile.
     unsafe {
-        let m4 = _mm256_set1_epi8(0x0f);
-        let m2 = _mm256_set1_epi8(0x30);
         for gq in 0..4 {
             let grp = 4 * S + gq;
             let pair = _mm_loadu_si128(tile.scales[grp / 2].as_ptr().cast());
@@ -313,24 +366,26 @@ fn quarter<const S: usize, const R: usize>(
                 _mm_setr_epi8(1, 1, 3, 3, 5, 5, 7, 7, 9, 9, 11, 11, 13, 13, 15, 15)
             };
             let sc = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(pair, sel));
+            if VNNI {
+                // The duplicated 16-bit scales as 32-bit lanes, sign-extended.
+                let sc32 = _mm256_srai_epi32::<16>(sc);
+                let mut s32 = [_mm256_setzero_si256(); R];
+                for k in 4 * grp..4 * grp + 4 {
+                    let q = chunk::<S>(tile, k);
+                    for r in 0..R {
+                        let x = _mm256_set1_epi32(word(a[r], k));
+                        s32[r] = _mm256_dpbusd_epi32(s32[r], q, x);
+                    }
+                }
+                for r in 0..R {
+                    isum[r] = _mm256_add_epi32(isum[r], _mm256_mullo_epi32(s32[r], sc32));
+                }
+                continue;
+            }
             for two in 0..2 {
                 let mut s16 = [_mm256_setzero_si256(); R];
-                for m in 0..2 {
-                    let k = 4 * grp + 2 * two + m;
-                    let l = _mm256_loadu_si256(tile.ql[k % 32].as_ptr().cast());
-                    let h = _mm256_loadu_si256(tile.qh[k % 16].as_ptr().cast());
-                    let lo = if S < 2 {
-                        _mm256_and_si256(l, m4)
-                    } else {
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(l), m4)
-                    };
-                    let hi = match S {
-                        0 => _mm256_slli_epi16::<4>(h),
-                        1 => _mm256_slli_epi16::<2>(h),
-                        2 => h,
-                        _ => _mm256_srli_epi16::<2>(h),
-                    };
-                    let q = _mm256_or_si256(lo, _mm256_and_si256(hi, m2));
+                for k in 4 * grp + 2 * two..4 * grp + 2 * two + 2 {
+                    let q = chunk::<S>(tile, k);
                     for r in 0..R {
                         let x = _mm256_set1_epi32(word(a[r], k));
                         s16[r] = _mm256_add_epi16(s16[r], _mm256_maddubs_epi16(q, x));
@@ -341,5 +396,32 @@ fn quarter<const S: usize, const R: usize>(
                 }
             }
         }
+    }
+}
+
+/// Chunk `k` (in quarter `S`) of a tile: 4 values of each of 8 rows, unsigned 0..64.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn chunk<const S: usize>(tile: &Q6Kx8, k: usize) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    // SAFETY: only inlined into `quarter` (see `tile`); each load reads the 32 bytes of
+    // one plane of the tile.
+    unsafe {
+        let m4 = _mm256_set1_epi8(0x0f);
+        let m2 = _mm256_set1_epi8(0x30);
+        let l = _mm256_loadu_si256(tile.ql[k % 32].as_ptr().cast());
+        let h = _mm256_loadu_si256(tile.qh[k % 16].as_ptr().cast());
+        let lo = if S < 2 {
+            _mm256_and_si256(l, m4)
+        } else {
+            _mm256_and_si256(_mm256_srli_epi16::<4>(l), m4)
+        };
+        let hi = match S {
+            0 => _mm256_slli_epi16::<4>(h),
+            1 => _mm256_slli_epi16::<2>(h),
+            2 => h,
+            _ => _mm256_srli_epi16::<2>(h),
+        };
+        _mm256_or_si256(lo, _mm256_and_si256(hi, m2))
     }
 }
