@@ -41,6 +41,29 @@
 //! Kernel selection: AVX2+FMA+F16C after runtime detection, otherwise (or with
 //! `STOKER_KERNELS=scalar`) a portable scalar path; see [`dispatch`].
 
+/// Hands activation rows `$rows` of weight group `$g` to a tile kernel in runs: of the
+/// first size while that many rows remain (and its guard holds), then of the next, and
+/// so on down to 1, binding each run's rows (`$row(i)`) to `$a` and passing the run's
+/// outputs to `$sink`. One definition of the run split the SIMD kernels share.
+macro_rules! tile_runs {
+    ($rows:expr, $g:expr, $row:expr, $sink:expr, |$a:ident| {
+        $($n:literal $(if $ok:expr)? => $call:expr),+ $(,)?
+    }) => {{
+        let mut i = $rows.start;
+        $(
+            while $($ok &&)? $rows.end - i >= $n {
+                let $a: [_; $n] = std::array::from_fn(|k| $row(i + k));
+                let out = $call;
+                for (k, o) in out.iter().enumerate() {
+                    $sink($g, i + k, o);
+                }
+                i += $n;
+            }
+        )+
+        debug_assert_eq!(i, $rows.end);
+    }};
+}
+
 pub mod dispatch;
 
 mod blocked;

@@ -237,31 +237,12 @@ fn run_body<const VNNI: bool>(
     // bits, are the same either way).
     for g in groups {
         let gt = &tiles[g * nb..(g + 1) * nb];
-        let mut i = rows.start;
-        while VNNI && i + 6 <= rows.end {
-            let out = tile::<6, VNNI>(gt, std::array::from_fn(|k| row(i + k)));
-            for (k, o) in out.iter().enumerate() {
-                sink(g, i + k, o);
-            }
-            i += 6;
-        }
-        while i + 3 <= rows.end {
-            let out = tile::<3, VNNI>(gt, [row(i), row(i + 1), row(i + 2)]);
-            for (k, o) in out.iter().enumerate() {
-                sink(g, i + k, o);
-            }
-            i += 3;
-        }
-        match rows.end - i {
-            2 => {
-                let out = tile::<2, false>(gt, [row(i), row(i + 1)]);
-                for (k, o) in out.iter().enumerate() {
-                    sink(g, i + k, o);
-                }
-            }
-            1 => sink(g, i, &tile::<1, false>(gt, [row(i)])[0]),
-            _ => {}
-        }
+        tile_runs!(rows, g, row, sink, |a| {
+            6 if VNNI => tile::<6, VNNI>(gt, a),
+            3 => tile::<3, VNNI>(gt, a),
+            2 => tile::<2, false>(gt, a),
+            1 => tile::<1, false>(gt, a),
+        });
     }
 }
 

@@ -161,30 +161,12 @@ pub(crate) fn run_avx2(
     let row = |i: usize| &acts[i * nb..(i + 1) * nb];
     for g in groups {
         let gt = &tiles[g * nb..(g + 1) * nb];
-        let mut i = rows.start;
-        while i + 4 <= rows.end {
-            let out = tile_avx2(gt, [row(i), row(i + 1), row(i + 2), row(i + 3)]);
-            for (k, o) in out.iter().enumerate() {
-                sink(g, i + k, o);
-            }
-            i += 4;
-        }
-        match rows.end - i {
-            3 => {
-                let out = tile_avx2(gt, [row(i), row(i + 1), row(i + 2)]);
-                for (k, o) in out.iter().enumerate() {
-                    sink(g, i + k, o);
-                }
-            }
-            2 => {
-                let out = tile_avx2(gt, [row(i), row(i + 1)]);
-                for (k, o) in out.iter().enumerate() {
-                    sink(g, i + k, o);
-                }
-            }
-            1 => sink(g, i, &tile_avx2(gt, [row(i)])[0]),
-            _ => {}
-        }
+        tile_runs!(rows, g, row, sink, |a| {
+            4 => tile_avx2(gt, a),
+            3 => tile_avx2(gt, a),
+            2 => tile_avx2(gt, a),
+            1 => tile_avx2(gt, a),
+        });
     }
 }
 

@@ -263,40 +263,16 @@ fn run_body<const QH: usize, const VNNI: bool>(
     let row = |i: usize| &acts[i * nb..(i + 1) * nb];
     for g in groups {
         let gt = &tiles[g * nb..(g + 1) * nb];
-        let mut i = rows.start;
         // Registers per activation row: three for Q5_0 on AVX2 (a 16-bit and a 32-bit
         // sum, the accumulator), two for Q4_0 on AVX2, three with VNNI (two 32-bit
         // sums, the accumulator) out of 32: runs of 6 except for Q5_0 on AVX2 (4).
-        while (QH == 0 || VNNI) && i + 6 <= rows.end {
-            let out = tile::<QH, 6, VNNI>(gt, std::array::from_fn(|k| row(i + k)));
-            for (k, o) in out.iter().enumerate() {
-                sink(g, i + k, o);
-            }
-            i += 6;
-        }
-        while i + 4 <= rows.end {
-            let out = tile::<QH, 4, VNNI>(gt, std::array::from_fn(|k| row(i + k)));
-            for (k, o) in out.iter().enumerate() {
-                sink(g, i + k, o);
-            }
-            i += 4;
-        }
-        match rows.end - i {
-            3 => {
-                let out = tile::<QH, 3, VNNI>(gt, [row(i), row(i + 1), row(i + 2)]);
-                for (k, o) in out.iter().enumerate() {
-                    sink(g, i + k, o);
-                }
-            }
-            2 => {
-                let out = tile::<QH, 2, VNNI>(gt, [row(i), row(i + 1)]);
-                for (k, o) in out.iter().enumerate() {
-                    sink(g, i + k, o);
-                }
-            }
-            1 => sink(g, i, &tile::<QH, 1, VNNI>(gt, [row(i)])[0]),
-            _ => {}
-        }
+        tile_runs!(rows, g, row, sink, |a| {
+            6 if QH == 0 || VNNI => tile::<QH, 6, VNNI>(gt, a),
+            4 => tile::<QH, 4, VNNI>(gt, a),
+            3 => tile::<QH, 3, VNNI>(gt, a),
+            2 => tile::<QH, 2, VNNI>(gt, a),
+            1 => tile::<QH, 1, VNNI>(gt, a),
+        });
     }
 }
 
