@@ -355,6 +355,34 @@ fn mixed_type_projections_stay_split_and_match_candle() {
 }
 
 #[test]
+fn float_weights_are_read_from_the_mapped_file_and_tiled_ones_owned() {
+    let m = Model::load(&fixture("llama-mixed.gguf"), LoadOptions::default()).unwrap();
+    let layer = &m.weights.layers[0];
+    // F32 weights are multiplied as stored: they point into the map.
+    assert!(layer.wo.is_mapped() && layer.down.is_mapped() && m.weights.embed.is_mapped());
+    // q and k are Q8_0, rebuilt into tiles; v is F32.
+    let Proj::Split(parts) = &layer.qkv else {
+        panic!("mixed q/k/v must stay split");
+    };
+    let mapped: Vec<bool> = parts.iter().map(|p| p.is_mapped()).collect();
+    assert_eq!(mapped, [false, false, true]);
+    // All-F32 parts stay split rather than be copied out of the map to be fused.
+    let f = Model::load(&fixture("llama.gguf"), LoadOptions::default()).unwrap();
+    assert!(matches!(&f.weights.layers[0].qkv, Proj::Split(p) if p.iter().all(|p| p.is_mapped())));
+    // The dequantized mode owns every matrix.
+    let d = Model::load(
+        &fixture("llama-mixed.gguf"),
+        LoadOptions {
+            weights: stoker_executor::model::WeightMode::DequantizedF32,
+            ..LoadOptions::default()
+        },
+    )
+    .unwrap();
+    assert!(!d.weights.layers[0].wo.is_mapped());
+    assert!(matches!(&d.weights.layers[0].qkv, Proj::Fused(_)));
+}
+
+#[test]
 fn qwen2_matches_candle() {
     check("qwen2.gguf");
 }

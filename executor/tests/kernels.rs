@@ -156,7 +156,7 @@ fn quantized_bound(wf: &[f32], mins: Option<&[f32]>, xr: &[f32], n: usize) -> f6
 fn check_against_reference(dtype: QDtype, rows: usize, cols: usize, t: usize) {
     let w = random_matrix(dtype, rows, cols, 7);
     let wf = match w.dequantize().data() {
-        stoker_executor::kernels::QData::F32(v) => v.clone(),
+        stoker_executor::kernels::QData::F32(v) => v.to_vec(),
         _ => unreachable!(),
     };
     let mins = (dtype == QDtype::Q4_1).then(|| q4_1_mins(&w));
@@ -424,7 +424,7 @@ fn avx2_and_scalar_paths_agree_to_float_rounding() {
         let (rows, cols, t) = (77, 576, 9);
         let w = random_matrix(dtype, rows, cols, 5);
         let wf = match w.dequantize().data() {
-            stoker_executor::kernels::QData::F32(v) => v.clone(),
+            stoker_executor::kernels::QData::F32(v) => v.to_vec(),
             _ => unreachable!(),
         };
         let x = Rng::new(6).activations(t * cols);

@@ -27,6 +27,7 @@ use std::ops::Range;
 use super::blocks::{self, BlockType, Unpacked32, UnpackedK};
 use super::q8k::Q8KBlock;
 use super::quant::Q8Block;
+use super::stored::Stored;
 use super::{GROUP, Sink};
 
 /// A weight matrix in one of the [`BlockType`] formats.
@@ -34,17 +35,22 @@ use super::{GROUP, Sink};
 pub struct PackedBlocks {
     ty: BlockType,
     row_bytes: usize,
-    bytes: Vec<u8>,
+    bytes: Stored<u8>,
 }
 
 impl PackedBlocks {
-    /// Takes `rows` rows of ggml blocks (lengths checked by the caller).
-    pub(crate) fn pack(ty: BlockType, bytes: &[u8], cols: usize) -> Self {
+    /// Takes `rows` rows of ggml blocks (lengths checked by the caller), owned or
+    /// in the mapped file.
+    pub(crate) fn pack(ty: BlockType, bytes: Stored<u8>, cols: usize) -> Self {
         PackedBlocks {
             ty,
             row_bytes: cols / ty.block_values() * ty.block_bytes(),
-            bytes: bytes.to_vec(),
+            bytes,
         }
+    }
+
+    pub(crate) fn is_mapped(&self) -> bool {
+        self.bytes.is_mapped()
     }
 
     pub(crate) fn block_type(&self) -> BlockType {

@@ -78,10 +78,12 @@ mod q8_0;
 mod q8k;
 mod quant;
 mod qx_0;
+mod stored;
 
 use std::cell::RefCell;
 use std::fmt;
 use std::ops::Range;
+use std::sync::Arc;
 
 use candle_core::quantized::{GgmlDType, QTensor};
 use rayon::prelude::*;
@@ -97,6 +99,7 @@ pub use q4k::PackedQ4K;
 pub use q6k::PackedQ6K;
 pub use q8_0::PackedQ8_0;
 pub use qx_0::{PackedQ4_0, PackedQ5_0};
+pub use stored::{Plain, SharedBytes, Stored};
 
 use blocked::BlockActs;
 use q8k::Q8KBlock;
@@ -298,11 +301,11 @@ pub enum QData {
     /// Other ggml blocks, row-major as stored.
     Blocks(PackedBlocks),
     /// Row-major f32, `rows × cols`.
-    F32(Vec<f32>),
+    F32(Stored<f32>),
     /// Row-major f16 bits as stored in the file, widened on load by the kernel.
-    F16(Vec<F16Bits>),
+    F16(Stored<F16Bits>),
     /// Row-major bf16 bits as stored in the file, widened on load by the kernel.
-    BF16(Vec<BF16Bits>),
+    BF16(Stored<BF16Bits>),
 }
 
 /// A weight matrix of `rows` output features × `cols` input features, as stored in GGUF
@@ -335,57 +338,71 @@ impl QMatrix {
         rows: usize,
         cols: usize,
     ) -> Result<Self, KernelError> {
-        if rows == 0 || cols == 0 {
-            return Err(KernelError::EmptyMatrix { rows, cols });
-        }
-        let block = dtype.block_values();
-        if block == QK && !cols.is_multiple_of(QK) {
-            return Err(KernelError::ColsNotMultipleOf32 { dtype, cols });
-        }
-        if !cols.is_multiple_of(block) {
-            return Err(KernelError::ColsNotMultipleOfBlock { dtype, cols, block });
-        }
-        let expected = rows
-            .checked_mul(cols)
-            .and_then(|n| dtype.bytes_for(n))
-            .ok_or(KernelError::SizeOverflow { rows, cols })?;
-        if bytes.len() != expected {
-            return Err(KernelError::ByteLength {
-                dtype,
-                rows,
-                cols,
-                expected,
-                actual: bytes.len(),
-            });
-        }
+        check_ggml_len(dtype, bytes.len(), rows, cols)?;
         let data = match dtype {
-            QDtype::F32 => QData::F32(
-                bytes
-                    .chunks_exact(4)
-                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                    .collect(),
-            ),
-            QDtype::F16 => QData::F16(
-                bytes
-                    .chunks_exact(2)
-                    .map(|b| F16Bits(u16::from_le_bytes([b[0], b[1]])))
-                    .collect(),
-            ),
-            QDtype::BF16 => QData::BF16(
-                bytes
-                    .chunks_exact(2)
-                    .map(|b| BF16Bits(u16::from_le_bytes([b[0], b[1]])))
-                    .collect(),
-            ),
+            QDtype::F32 => QData::F32(collect(bytes, decode_f32)),
+            QDtype::F16 => QData::F16(collect(bytes, decode_f16)),
+            QDtype::BF16 => QData::BF16(collect(bytes, decode_bf16)),
             QDtype::Q4_1 => QData::Q4_1(PackedQ4_1::pack(bytes, rows, cols)),
             QDtype::Q8_0 => QData::Q8_0(PackedQ8_0::pack(bytes, rows, cols)),
             QDtype::Blocks(BlockType::Q4_0) => QData::Q4_0(PackedQ4_0::pack(bytes, rows, cols)),
             QDtype::Blocks(BlockType::Q5_0) => QData::Q5_0(PackedQ5_0::pack(bytes, rows, cols)),
             QDtype::Blocks(BlockType::Q4K) => QData::Q4K(PackedQ4K::pack(bytes, rows, cols)),
             QDtype::Blocks(BlockType::Q6K) => QData::Q6K(PackedQ6K::pack(bytes, rows, cols)),
-            QDtype::Blocks(b) => QData::Blocks(PackedBlocks::pack(b, bytes, cols)),
+            QDtype::Blocks(b) => QData::Blocks(PackedBlocks::pack(b, bytes.to_vec().into(), cols)),
         };
         Ok(QMatrix { rows, cols, data })
+    }
+
+    /// Builds a matrix from the ggml bytes `shared[range]` as [`Self::from_ggml_bytes`]
+    /// does, but where a format is multiplied as stored (F32, F16, BF16 and the block
+    /// formats without tiles) the matrix borrows the bytes instead of copying them: it
+    /// then reads the memory-mapped file itself. The tiled formats are rebuilt from the
+    /// bytes and own their tiles.
+    pub fn from_ggml_shared(
+        dtype: QDtype,
+        shared: &Arc<SharedBytes>,
+        range: Range<usize>,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Self, KernelError> {
+        let all = (**shared).as_ref();
+        let Some(bytes) = all.get(range.clone()) else {
+            return Err(KernelError::ByteLength {
+                dtype,
+                rows,
+                cols,
+                expected: range.len(),
+                actual: all.len().saturating_sub(range.start),
+            });
+        };
+        check_ggml_len(dtype, bytes.len(), rows, cols)?;
+        let data = match dtype {
+            QDtype::F32 => QData::F32(Stored::from_shared(shared, range, decode_f32)),
+            QDtype::F16 => QData::F16(Stored::from_shared(shared, range, decode_f16)),
+            QDtype::BF16 => QData::BF16(Stored::from_shared(shared, range, decode_bf16)),
+            QDtype::Blocks(
+                b @ (BlockType::Q5_1 | BlockType::Q2K | BlockType::Q3K | BlockType::Q5K),
+            ) => QData::Blocks(PackedBlocks::pack(
+                b,
+                Stored::from_shared(shared, range, |x| x[0]),
+                cols,
+            )),
+            // The tiled formats.
+            _ => return Self::from_ggml_bytes(dtype, bytes, rows, cols),
+        };
+        Ok(QMatrix { rows, cols, data })
+    }
+
+    /// Whether any of the weights are read from a memory-mapped file.
+    pub fn is_mapped(&self) -> bool {
+        match &self.data {
+            QData::F32(v) => v.is_mapped(),
+            QData::F16(v) => v.is_mapped(),
+            QData::BF16(v) => v.is_mapped(),
+            QData::Blocks(p) => p.is_mapped(),
+            _ => false,
+        }
     }
 
     /// Builds a matrix from a 2-D candle tensor read from GGUF (shape `[rows, cols]`).
@@ -421,7 +438,7 @@ impl QMatrix {
         Ok(QMatrix {
             rows,
             cols,
-            data: QData::F32(values),
+            data: QData::F32(values.into()),
         })
     }
 
@@ -466,9 +483,9 @@ impl QMatrix {
             QData::Q4K(p) => p.byte_size(),
             QData::Q6K(p) => p.byte_size(),
             QData::Blocks(p) => p.byte_size(),
-            QData::F32(v) => std::mem::size_of_val(v.as_slice()),
-            QData::F16(v) => std::mem::size_of_val(v.as_slice()),
-            QData::BF16(v) => std::mem::size_of_val(v.as_slice()),
+            QData::F32(v) => std::mem::size_of_val(&**v),
+            QData::F16(v) => std::mem::size_of_val(&**v),
+            QData::BF16(v) => std::mem::size_of_val(&**v),
         }
     }
 
@@ -546,7 +563,7 @@ impl QMatrix {
         QMatrix {
             rows: self.rows,
             cols: self.cols,
-            data: QData::F32(values),
+            data: QData::F32(values.into()),
         }
     }
 
@@ -591,6 +608,56 @@ impl QMatrix {
         }
         QMatrix::from_ggml_bytes(dtype, &bytes, rows, cols)
     }
+}
+
+/// Checks that `len` bytes hold `rows × cols` values of `dtype` and that `cols` is a
+/// whole number of blocks.
+fn check_ggml_len(dtype: QDtype, len: usize, rows: usize, cols: usize) -> Result<(), KernelError> {
+    if rows == 0 || cols == 0 {
+        return Err(KernelError::EmptyMatrix { rows, cols });
+    }
+    let block = dtype.block_values();
+    if block == QK && !cols.is_multiple_of(QK) {
+        return Err(KernelError::ColsNotMultipleOf32 { dtype, cols });
+    }
+    if !cols.is_multiple_of(block) {
+        return Err(KernelError::ColsNotMultipleOfBlock { dtype, cols, block });
+    }
+    let expected = rows
+        .checked_mul(cols)
+        .and_then(|n| dtype.bytes_for(n))
+        .ok_or(KernelError::SizeOverflow { rows, cols })?;
+    if len != expected {
+        return Err(KernelError::ByteLength {
+            dtype,
+            rows,
+            cols,
+            expected,
+            actual: len,
+        });
+    }
+    Ok(())
+}
+
+fn collect<T>(bytes: &[u8], decode: fn(&[u8]) -> T) -> Stored<T> {
+    Stored::Owned(
+        bytes
+            .chunks_exact(std::mem::size_of::<T>())
+            .map(decode)
+            .collect(),
+    )
+}
+
+fn decode_f32(b: &[u8]) -> f32 {
+    f32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}
+
+fn decode_f16(b: &[u8]) -> F16Bits {
+    F16Bits(u16::from_le_bytes([b[0], b[1]]))
+}
+
+fn decode_bf16(b: &[u8]) -> BF16Bits {
+    BF16Bits(u16::from_le_bytes([b[0], b[1]]))
 }
 
 fn widen_row<E: dense::Elem>(src: &[E], out: &mut [f32]) {

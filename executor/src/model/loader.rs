@@ -4,14 +4,26 @@
 //! file is read. A file that is missing, is not GGUF, is cut short or holds an
 //! architecture we do not implement is refused here with a [`ModelError`]
 //! before any tensor is materialised.
+//!
+//! Tensor data is read through a read-only memory map of the file. Weights in
+//! a format the kernels multiply as stored keep pointing into the map (shared
+//! with every process serving the file, faulted in as read); the tiled formats
+//! are rebuilt from it. [`GgufArtifact::release_pages`] then drops the pages
+//! the rebuild touched from this process's resident set.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufReader, Read, Seek};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use candle_core::quantized::GgmlDType;
 use candle_core::quantized::gguf_file::{Content, Value};
+use memmap2::Mmap;
 use sha2::{Digest, Sha256};
+
+use crate::kernels::SharedBytes;
 
 use crate::error::ModelError;
 
@@ -23,7 +35,17 @@ pub struct GgufArtifact {
     pub sha256: String,
     pub file_size: u64,
     pub content: Content,
-    reader: BufReader<File>,
+    map: Arc<Mmap>,
+}
+
+/// Where one tensor's data lies in the file.
+#[derive(Clone, Debug)]
+pub struct TensorView {
+    pub dtype: GgmlDType,
+    /// Dimensions in candle's order (a matrix is `[rows, cols]`).
+    pub dims: Vec<usize>,
+    /// Byte range in the file (and in [`GgufArtifact::bytes`]).
+    pub range: Range<usize>,
 }
 
 impl std::fmt::Debug for GgufArtifact {
@@ -76,12 +98,17 @@ impl GgufArtifact {
         let content = Content::read(&mut reader).map_err(|e| classify_header_error(&e))?;
         check_extents(&content, file_size)?;
         let sha256 = sha256_of(&mut reader).map_err(io)?;
+        // SAFETY: the map is read-only. Another process truncating or rewriting the
+        // file while it is served would change what the weights read (or fault), as
+        // for every server that maps its model (llama.cpp, safetensors); model files
+        // are written once and replaced by renaming, which leaves this map intact.
+        let map = unsafe { Mmap::map(reader.get_ref()) }.map_err(io)?;
         Ok(GgufArtifact {
             path: path.to_path_buf(),
             sha256,
             file_size,
             content,
-            reader,
+            map: Arc::new(map),
         })
     }
 
@@ -93,13 +120,41 @@ impl GgufArtifact {
         self.content.tensor_infos.contains_key(name)
     }
 
-    pub fn tensor(&mut self, name: &str) -> Result<candle_core::quantized::QTensor, ModelError> {
-        if !self.has_tensor(name) {
-            return Err(ModelError::MissingTensor(name.to_string()));
+    /// Where tensor `name` lies (extents were checked when the file was opened).
+    pub fn tensor_view(&self, name: &str) -> Result<TensorView, ModelError> {
+        let info = self
+            .content
+            .tensor_infos
+            .get(name)
+            .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+        let elems = info.shape.elem_count();
+        let len = elems / info.ggml_dtype.block_size() * info.ggml_dtype.type_size();
+        let start = self.content.tensor_data_offset as usize + info.offset as usize;
+        Ok(TensorView {
+            dtype: info.ggml_dtype,
+            dims: info.shape.dims().to_vec(),
+            range: start..start + len,
+        })
+    }
+
+    /// The whole file, mapped; matrices built from it may keep it alive.
+    pub fn bytes(&self) -> Arc<SharedBytes> {
+        Arc::clone(&self.map) as Arc<SharedBytes>
+    }
+
+    /// Drops every page of the map from this process's resident set. Called once the
+    /// weights are built: the tiled formats own their copies, and pages that
+    /// matrices still read are faulted back in from the page cache when used.
+    pub fn release_pages(&self) {
+        // SAFETY: the map is a read-only private file mapping, so MADV_DONTNEED
+        // discards nothing: a later read refills the page from the file.
+        let released = unsafe {
+            self.map
+                .unchecked_advise(memmap2::UncheckedAdvice::DontNeed)
+        };
+        if let Err(e) = released {
+            tracing::debug!(error = %e, "madvise(DONTNEED) on the model map failed");
         }
-        self.content
-            .tensor(&mut self.reader, name, &candle_core::Device::Cpu)
-            .map_err(|e| ModelError::BadTensor(name.to_string(), e.to_string()))
     }
 }
 

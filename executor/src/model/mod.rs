@@ -76,13 +76,14 @@ impl Model {
         if let Device::Cuda(i) = opts.device {
             return Err(ModelError::DeviceUnavailable(format!("cuda:{i}")));
         }
-        let mut art = loader::GgufArtifact::open(path)?;
+        let art = loader::GgufArtifact::open(path)?;
         let mut config = ModelConfig::from_metadata(art.metadata())?;
         let tokenizer = ModelTokenizer::from_gguf_metadata(art.metadata())
             .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
         let chat_template = ChatTemplate::from_gguf_metadata(art.metadata(), &tokenizer)
             .map_err(|e| ModelError::Template(e.to_string()))?;
-        let weights = weights::ModelWeights::load(&mut art, &config, opts.weights)?;
+        let weights = weights::ModelWeights::load(&art, &config, opts.weights)?;
+        art.release_pages();
         config.vocab_size = weights.embed.rows();
         let rope = rope::Rope::with(
             config.rope_dim,

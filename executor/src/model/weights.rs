@@ -1,9 +1,12 @@
 //! Model weights in the layout our forward pass wants.
 //!
 //! Weights stay quantized as stored in the GGUF (Q4_1, Q8_0, ...) and are
-//! multiplied by our own kernels. At load, q/k/v are fused into one matrix and
-//! gate/up into another when the parts share a storage type, which halves the
-//! number of kernel launches per layer without changing any row's arithmetic.
+//! multiplied by our own kernels. The formats multiplied as stored read the
+//! memory-mapped file; the tiled ones are rebuilt from it ([`QMatrix`]). At
+//! load, q/k/v are fused into one matrix and gate/up into another when the
+//! parts share a tiled storage type, which halves the number of kernel
+//! launches per layer without changing any row's arithmetic (parts read from
+//! the map stay apart rather than being copied out of it).
 //! Quantized files may store the parts in different types (say q and k in
 //! Q4_K, v in Q6_K); those stay separate matrices ([`Proj::Split`]) whose
 //! products land in the same output columns, so nothing is requantized.
@@ -35,10 +38,11 @@ pub enum Proj {
 }
 
 impl Proj {
-    /// Fuses `parts` when they share a type, else keeps them apart.
+    /// Fuses `parts` when they share a type and own their storage, else keeps
+    /// them apart (fusing parts read from the mapped file would copy them).
     pub fn new(prefix: &str, parts: Vec<QMatrix>) -> Result<Proj, ModelError> {
         let same = parts.windows(2).all(|w| w[0].dtype() == w[1].dtype());
-        if !same {
+        if !same || parts.iter().any(QMatrix::is_mapped) {
             return Ok(Proj::Split(parts));
         }
         let refs: Vec<&QMatrix> = parts.iter().collect();
@@ -165,7 +169,7 @@ impl ModelWeights {
     }
 
     pub fn load(
-        art: &mut GgufArtifact,
+        art: &GgufArtifact,
         cfg: &ModelConfig,
         mode: WeightMode,
     ) -> Result<Self, ModelError> {
@@ -236,7 +240,7 @@ impl ModelWeights {
                     mode,
                 )?)
             };
-            let post = |art: &mut GgufArtifact, t: &str| -> Result<Option<Vec<f32>>, ModelError> {
+            let post = |art: &GgufArtifact, t: &str| -> Result<Option<Vec<f32>>, ModelError> {
                 if cfg.post_norms {
                     vector(art, &format!("{p}.{t}"), h).map(Some)
                 } else {
@@ -269,41 +273,44 @@ impl ModelWeights {
 
 /// A 2-D weight `[rows, cols]` (GGUF stores `[cols, rows]`, candle reverses it).
 fn matrix(
-    art: &mut GgufArtifact,
+    art: &GgufArtifact,
     name: &str,
     rows: Option<usize>,
     cols: usize,
     mode: WeightMode,
 ) -> Result<QMatrix, ModelError> {
-    let t = art.tensor(name)?;
-    let dims = t.shape().dims().to_vec();
-    let ok = dims.len() == 2 && dims[1] == cols && rows.is_none_or(|r| dims[0] == r);
+    let t = art.tensor_view(name)?;
+    let ok = t.dims.len() == 2 && t.dims[1] == cols && rows.is_none_or(|r| t.dims[0] == r);
     if !ok {
         return Err(ModelError::BadTensorShape {
             name: name.to_string(),
-            got: dims,
+            got: t.dims,
             expected: vec![rows.unwrap_or(0), cols],
         });
     }
-    let m = QMatrix::from_qtensor(&t)
-        .map_err(|e| ModelError::BadTensor(name.to_string(), e.to_string()))?;
+    let bad = |e: KernelError| ModelError::BadTensor(name.to_string(), e.to_string());
+    let dtype = QDtype::try_from(t.dtype).map_err(bad)?;
+    let m =
+        QMatrix::from_ggml_shared(dtype, &art.bytes(), t.range, t.dims[0], cols).map_err(bad)?;
     Ok(match mode {
         WeightMode::Native => m,
         WeightMode::DequantizedF32 => m.dequantize(),
     })
 }
 
-fn vector(art: &mut GgufArtifact, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
-    let t = art.tensor(name)?;
-    if t.shape().elem_count() != len {
+/// A 1-D weight (norms, biases, rope factors) as f32 values.
+fn vector(art: &GgufArtifact, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
+    let t = art.tensor_view(name)?;
+    if t.dims.iter().product::<usize>() != len || len == 0 {
         return Err(ModelError::BadTensorShape {
             name: name.to_string(),
-            got: t.shape().dims().to_vec(),
+            got: t.dims,
             expected: vec![len],
         });
     }
-    t.dequantize(&candle_core::Device::Cpu)
-        .and_then(|x| x.flatten_all())
-        .and_then(|x| x.to_vec1::<f32>())
-        .map_err(|e| ModelError::BadTensor(name.to_string(), e.to_string()))
+    let bad = |e: KernelError| ModelError::BadTensor(name.to_string(), e.to_string());
+    let dtype = QDtype::try_from(t.dtype).map_err(bad)?;
+    QMatrix::from_ggml_shared(dtype, &art.bytes(), t.range, 1, len)
+        .and_then(|m| m.row_f32(0))
+        .map_err(bad)
 }

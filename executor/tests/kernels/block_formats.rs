@@ -45,7 +45,7 @@ fn hex(s: &str) -> Vec<u8> {
 
 fn dense(w: &QMatrix) -> Vec<f32> {
     match w.dequantize().data() {
-        QData::F32(v) => v.clone(),
+        QData::F32(v) => v.to_vec(),
         _ => unreachable!("dequantize gives f32"),
     }
 }
