@@ -240,7 +240,7 @@ fn main() {
     let model = Model::load(&model_path(), LoadOptions::default())
         .expect("run scripts/fetch-model.sh first");
     let weight_bytes = model.weights.byte_size();
-    let rss_loaded = resident_bytes();
+    let rss_loaded = resident_mb();
     let cfg = model.config.clone();
     // Multiply-adds per token in the matmuls (every layer plus the head).
     let h = cfg.hidden;
@@ -255,15 +255,13 @@ fn main() {
         },
     )
     .unwrap();
-    let rss_started = resident_bytes();
+    let rss_started = resident_mb();
     engine.warm_up().unwrap();
     println!(
-        "Memory: weights held {:.1} MB; resident {:.1} MB after load, {:.1} MB with the engine started ({} KV blocks), {:.1} MB after warm-up\n",
+        "Memory: weights {:.1} MB; resident {rss_loaded} after load, {rss_started} with the engine started ({} KV blocks), {} after warm-up\n",
         weight_bytes as f64 / 1e6,
-        rss_loaded as f64 / 1e6,
-        rss_started as f64 / 1e6,
         engine.info().num_kv_blocks,
-        resident_bytes() as f64 / 1e6,
+        resident_mb(),
     );
 
     println!(
@@ -442,9 +440,28 @@ fn floors_section(weight_bytes: usize, flops_per_token: f64, itl_c1: f64, itl_c3
     );
 }
 
-/// The process's resident memory in bytes (Linux `/proc/self/statm`).
-fn resident_bytes() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").expect("/proc/self/statm");
-    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
-    pages * 4096
+/// The process's resident memory in bytes: (total, anonymous, file-backed), from
+/// Linux's `/proc/self/status` (`VmRSS`, `RssAnon`, `RssFile`).
+fn resident() -> (u64, u64, u64) {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let field = |name: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|kb| kb.parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024)
+    };
+    (field("VmRSS:"), field("RssAnon:"), field("RssFile:"))
+}
+
+/// `resident()` in MB, as "total (anonymous + file)".
+fn resident_mb() -> String {
+    let (total, anon, file) = resident();
+    format!(
+        "{:.1} MB ({:.1} anonymous + {:.1} file-backed)",
+        total as f64 / 1e6,
+        anon as f64 / 1e6,
+        file as f64 / 1e6
+    )
 }
