@@ -182,28 +182,32 @@ impl Model {
                 .matmul(&ws.h, t, &mut ws.qkv, &mut ws.part)
                 .map_err(|e| ForwardError::Kernel(e.to_string()))?;
 
-            // Bias, q/k norms and rope on q and k, then write k and v into
-            // the paged cache.
-            for (ri, row) in rows.iter().enumerate() {
-                let base = ri * qkv_w;
-                let qkv_row = &mut ws.qkv[base..base + qkv_w];
-                if let Some(b) = &layer.qkv_bias {
-                    add_in_place(qkv_row, b);
-                }
-                for hd in 0..nh + nkv {
-                    let x = &mut qkv_row[hd * d..(hd + 1) * d];
-                    let norm = if hd < nh {
-                        &layer.q_norm
-                    } else {
-                        &layer.k_norm
-                    };
-                    if let Some(w) = norm {
-                        let mut y = [0f32; MAX_HEAD_DIM];
-                        rms_norm(x, w, cfg.rms_eps, &mut y[..d]);
-                        x.copy_from_slice(&y[..d]);
+            // Bias, q/k norms and rope on q and k (rows in parallel: each row's
+            // arithmetic is its own), then write k and v into the paged cache.
+            ws.qkv[..t * qkv_w]
+                .par_chunks_mut(qkv_w)
+                .with_min_len(ROWS_PER_TASK)
+                .zip(rows.par_iter())
+                .for_each(|(qkv_row, row)| {
+                    if let Some(b) = &layer.qkv_bias {
+                        add_in_place(qkv_row, b);
                     }
-                    rope.apply(x, row.pos);
-                }
+                    for hd in 0..nh + nkv {
+                        let x = &mut qkv_row[hd * d..(hd + 1) * d];
+                        let norm = if hd < nh {
+                            &layer.q_norm
+                        } else {
+                            &layer.k_norm
+                        };
+                        if let Some(w) = norm {
+                            let mut y = [0f32; MAX_HEAD_DIM];
+                            rms_norm(x, w, cfg.rms_eps, &mut y[..d]);
+                            x.copy_from_slice(&y[..d]);
+                        }
+                        rope.apply(x, row.pos);
+                    }
+                });
+            for (qkv_row, row) in ws.qkv.chunks(qkv_w).zip(rows.iter()) {
                 let ch = &chunks[row.chunk];
                 let block = ch.block_table[row.pos / BLOCK_SIZE];
                 let slot = row.pos % BLOCK_SIZE;
@@ -251,10 +255,12 @@ impl Model {
                 .matmul(&ws.h, t, &mut ws.gu, &mut ws.part)
                 .map_err(|e| ForwardError::Kernel(e.to_string()))?;
             let f = cfg.ffn;
-            for ri in 0..t {
-                let gu = &ws.gu[ri * 2 * f..(ri + 1) * 2 * f];
-                let act = &mut ws.act[ri * f..(ri + 1) * f];
-                match cfg.activation {
+            let activation = cfg.activation;
+            ws.act[..t * f]
+                .par_chunks_mut(f)
+                .with_min_len(ROWS_PER_TASK)
+                .zip(ws.gu[..t * 2 * f].par_chunks(2 * f))
+                .for_each(|(act, gu)| match activation {
                     Activation::Silu => {
                         for j in 0..f {
                             let g = gu[j];
@@ -266,8 +272,7 @@ impl Model {
                             act[j] = gelu_tanh(gu[j]) * gu[f + j];
                         }
                     }
-                }
-            }
+                });
             mm(&layer.down, &ws.act, t, &mut ws.tmp)?;
             if let Some(w) = &layer.post_ffn_norm {
                 rms_norm_rows_in_place(&mut ws.tmp, w, cfg.rms_eps, h);
@@ -341,6 +346,10 @@ fn gelu_tanh(x: f32) -> f32 {
     const SQRT_TWO_OVER_PI: f32 = 0.797_884_6;
     0.5 * x * (1.0 + (SQRT_TWO_OVER_PI * x * (1.0 + 0.044715 * x * x)).tanh())
 }
+
+/// Rows per parallel task in the row-wise steps (rope, activation): below this a
+/// step's rows stay on one thread, as a decode step's do.
+const ROWS_PER_TASK: usize = 16;
 
 /// Largest head dimension the per-head norms handle without allocating.
 pub const MAX_HEAD_DIM: usize = 512;
