@@ -10,7 +10,7 @@
 //! Every path computes the same integer sums and the same float operations per output
 //! where the tests say so: the VNNI path only replaces `vpmaddubsw` + `vpmaddwd` by the
 //! fused `vpdpbusd` (exact either way), so its results are the AVX2 path's bits. It needs
-//! AVX-512 (F, VL, VNNI), not just AVX-VNNI: the 32 vector registers of AVX-512VL let a
+//! AVX-512 (F, VL, BW, VNNI; every CPU with AVX-512 VNNI has BW), not just AVX-VNNI: the 32 vector registers of AVX-512VL let a
 //! Q5_0 step keep six activation rows in flight (measured 1.5x over four at 512 rows);
 //! CPUs with AVX-VNNI alone run the AVX2 path.
 
@@ -24,8 +24,8 @@ pub enum KernelPath {
     /// x86-64 AVX2 + FMA + F16C intrinsics, used only after runtime detection.
     Avx2,
     /// [`KernelPath::Avx2`] plus AVX-512 VNNI's 8-bit dot product (`vpdpbusd` on
-    /// 256-bit vectors, 32 registers) in the integer kernels that gain from it; the
-    /// others run their AVX2 code.
+    /// 256-bit vectors with 32 registers, and on 512-bit ones for Q4_0 and Q5_0) in the
+    /// integer kernels that gain from it; the others run their AVX2 code.
     Avx512Vnni,
 }
 
@@ -75,6 +75,7 @@ fn vnni_detected() -> bool {
     *DETECTED.get_or_init(|| {
         is_x86_feature_detected!("avx512f")
             && is_x86_feature_detected!("avx512vl")
+            && is_x86_feature_detected!("avx512bw")
             && is_x86_feature_detected!("avx512vnni")
     })
 }

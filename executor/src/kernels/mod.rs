@@ -919,7 +919,7 @@ impl Job<'_> {
         if self.path.uses_avx2() {
             // SAFETY: `matmul_on_path` only builds a job on an AVX2 path after
             // `is_available()`, i.e. runtime detection of avx2, fma, f16c (and avx512f,
-            // avx512vl, avx512vnni for `Avx512Vnni`).
+            // avx512vl, avx512bw, avx512vnni for `Avx512Vnni`).
             let vnni = self.path == KernelPath::Avx512Vnni;
             unsafe {
                 match self.work {

@@ -215,7 +215,7 @@ pub(crate) fn run_scalar<const QH: usize>(
 /// F, VL and VNNI, checked by the caller) the products use `vpdpbusd`.
 ///
 /// # Safety
-/// The CPU must support avx2, fma and f16c, and avx512f, avx512vl and avx512vnni when
+/// The CPU must support avx2, fma and f16c, and avx512f, avx512vl, avx512bw and avx512vnni when
 /// `vnni` is set.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -229,7 +229,7 @@ pub(crate) unsafe fn run_avx2<const QH: usize>(
     sink: &mut Sink<'_>,
 ) {
     if vnni {
-        // SAFETY: the caller checked avx512f, avx512vl and avx512vnni.
+        // SAFETY: the caller checked avx512f, avx512vl, avx512bw and avx512vnni.
         unsafe { run_vnni(tiles, nb, acts, groups, rows, sink) };
     } else {
         run_body::<QH, false>(tiles, nb, acts, groups, rows, sink);
@@ -237,7 +237,7 @@ pub(crate) unsafe fn run_avx2<const QH: usize>(
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 fn run_vnni<const QH: usize>(
     tiles: &[Qx0x8<QH>],
     nb: usize,
@@ -250,6 +250,8 @@ fn run_vnni<const QH: usize>(
 }
 
 /// The loop of [`run_avx2`], inlined into a caller compiled with the features it uses.
+/// With `VNNI` (AVX-512 F, VL, BW and VNNI) two tile groups at a time go through
+/// [`tile_pair`] on 512-bit vectors; a last odd group takes the 256-bit [`tile`].
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn run_body<const QH: usize, const VNNI: bool>(
@@ -261,7 +263,28 @@ fn run_body<const QH: usize, const VNNI: bool>(
     sink: &mut Sink<'_>,
 ) {
     let row = |i: usize| &acts[i * nb..(i + 1) * nb];
-    for g in groups {
+    let mut g = groups.start;
+    while g < groups.end {
+        if VNNI && g + 1 < groups.end {
+            let lo = &tiles[g * nb..(g + 1) * nb];
+            let hi = &tiles[(g + 1) * nb..(g + 2) * nb];
+            // Registers per activation row: two 32-bit sums and the accumulator, for
+            // 16 weight rows each.
+            let mut pair_sink = |_: usize, i: usize, out: &[f32; 2 * GROUP]| {
+                let (a, b) = out.split_at(GROUP);
+                sink(g, i, a.try_into().expect("8 outputs"));
+                sink(g + 1, i, b.try_into().expect("8 outputs"));
+            };
+            tile_runs!(rows, g, row, pair_sink, |a| {
+                6 => tile_pair::<QH, 6>(lo, hi, a),
+                4 => tile_pair::<QH, 4>(lo, hi, a),
+                3 => tile_pair::<QH, 3>(lo, hi, a),
+                2 => tile_pair::<QH, 2>(lo, hi, a),
+                1 => tile_pair::<QH, 1>(lo, hi, a),
+            });
+            g += 2;
+            continue;
+        }
         let gt = &tiles[g * nb..(g + 1) * nb];
         // Registers per activation row: three for Q5_0 on AVX2 (a 16-bit and a 32-bit
         // sum, the accumulator), two for Q4_0 on AVX2, three with VNNI (two 32-bit
@@ -273,6 +296,79 @@ fn run_body<const QH: usize, const VNNI: bool>(
             2 => tile::<QH, 2, VNNI>(gt, a),
             1 => tile::<QH, 1, VNNI>(gt, a),
         });
+        g += 1;
+    }
+}
+
+/// [`tile`] with VNNI for two tile groups side by side in 512-bit vectors (`lo` in the
+/// low half, `hi` in the high): the same instructions per output lane, so the same
+/// bits, with each unpacking and each `vpdpbusd` serving 16 weight rows.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn tile_pair<const QH: usize, const R: usize>(
+    lo_tiles: &[Qx0x8<QH>],
+    hi_tiles: &[Qx0x8<QH>],
+    acts: [&[Q8Block]; R],
+) -> [[f32; 2 * GROUP]; R] {
+    use std::arch::x86_64::*;
+    let acts = acts.map(|a| &a[..lo_tiles.len()]);
+    let hi_tiles = &hi_tiles[..lo_tiles.len()];
+    // SAFETY (every intrinsic below): this function is only inlined into `run_vnni`,
+    // compiled with avx2, fma, f16c and avx512f, vl, bw and vnni; the loads read whole
+    // arrays of the tiles (32 bytes of `qs` or `qh`, 16 bytes of `d`).
+    unsafe {
+        let join = |a: *const u8, b: *const u8| {
+            _mm512_inserti64x4::<1>(
+                _mm512_castsi256_si512(_mm256_loadu_si256(a.cast())),
+                _mm256_loadu_si256(b.cast()),
+            )
+        };
+        let m4 = _mm512_set1_epi8(0x0f);
+        let bit4 = _mm512_set1_epi8(0x10);
+        let mut acc = [_mm512_setzero_ps(); R];
+        for (b, (tl, th)) in lo_tiles.iter().zip(hi_tiles).enumerate() {
+            let qh = if QH > 0 {
+                join(tl.qh.as_ptr(), th.qh.as_ptr())
+            } else {
+                _mm512_setzero_si512()
+            };
+            let mut s_lo = [_mm512_setzero_si512(); R];
+            let mut s_hi = [_mm512_setzero_si512(); R];
+            for j in 0..4 {
+                let w = join(tl.qs.as_ptr().add(32 * j), th.qs.as_ptr().add(32 * j));
+                let mut lo = _mm512_and_si512(w, m4);
+                let mut hi = _mm512_and_si512(_mm512_srli_epi16::<4>(w), m4);
+                if QH > 0 {
+                    let up = _mm512_sll_epi16(qh, _mm_cvtsi32_si128(4 - j as i32));
+                    let down = _mm512_srl_epi16(qh, _mm_cvtsi32_si128(j as i32));
+                    lo = _mm512_or_si512(lo, _mm512_and_si512(up, bit4));
+                    hi = _mm512_or_si512(hi, _mm512_and_si512(down, bit4));
+                }
+                for r in 0..R {
+                    let a = &acts[r][b];
+                    s_lo[r] = _mm512_dpbusd_epi32(s_lo[r], lo, _mm512_set1_epi32(a.word(j)));
+                    s_hi[r] = _mm512_dpbusd_epi32(s_hi[r], hi, _mm512_set1_epi32(a.word(4 + j)));
+                }
+            }
+            let d = _mm256_inserti128_si256::<1>(
+                _mm256_castsi128_si256(_mm_loadu_si128(tl.d.as_ptr().cast())),
+                _mm_loadu_si128(th.d.as_ptr().cast()),
+            );
+            let dw = _mm512_cvtph_ps(d);
+            for r in 0..R {
+                let a = &acts[r][b];
+                let sum = _mm512_add_epi32(s_lo[r], s_hi[r]);
+                let off = _mm512_set1_epi32(Qx0x8::<QH>::OFFSET * a.sum);
+                let f = _mm512_cvtepi32_ps(_mm512_sub_epi32(sum, off));
+                let scale = _mm512_mul_ps(dw, _mm512_set1_ps(a.d));
+                acc[r] = _mm512_fmadd_ps(f, scale, acc[r]);
+            }
+        }
+        let mut out = [[0f32; 2 * GROUP]; R];
+        for (o, a) in out.iter_mut().zip(acc) {
+            _mm512_storeu_ps(o.as_mut_ptr(), a);
+        }
+        out
     }
 }
 
