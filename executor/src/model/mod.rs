@@ -50,6 +50,21 @@ pub struct ModelIdentity {
     pub precision: String,
 }
 
+/// Hands the heap pages freed during loading (the tokenizer's build, the GGUF
+/// header's arrays, fused parts) back to the system. glibc keeps freed memory
+/// below the top of its heap mapped; after a load that is about 5 MB of a
+/// SmolLM2 process's resident set (measured with the engine bench).
+fn release_freed_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        unsafe extern "C" {
+            fn malloc_trim(pad: usize) -> std::ffi::c_int;
+        }
+        // SAFETY: glibc's malloc_trim takes no pointers and may be called at any time.
+        unsafe { malloc_trim(0) };
+    }
+}
+
 pub struct Model {
     pub config: ModelConfig,
     pub weights: weights::ModelWeights,
@@ -132,6 +147,8 @@ impl Model {
             name,
             precision,
         };
+        drop(art);
+        release_freed_heap();
         Ok(Model {
             config,
             weights,
