@@ -183,11 +183,12 @@ pub(crate) fn run_scalar(
 
 /// AVX2 kernel over a rectangle of tile groups × activation rows, in runs of up to
 /// three activation rows sharing each unpacked weight chunk (six with `vnni`: the CPU
-/// has AVX-512 F, VL and VNNI, checked by the caller, and the products use `vpdpbusd`).
+/// has AVX-512 F, VL, BW and VNNI, checked by the caller: the products use `vpdpbusd`,
+/// two tile groups at a time on 512-bit vectors).
 ///
 /// # Safety
-/// The CPU must support avx2, fma and f16c, and avx512f, avx512vl and avx512vnni when
-/// `vnni` is set.
+/// The CPU must support avx2, fma and f16c, and avx512f, avx512vl, avx512bw and
+/// avx512vnni when `vnni` is set.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn run_avx2(
@@ -200,7 +201,7 @@ pub(crate) unsafe fn run_avx2(
     sink: &mut Sink<'_>,
 ) {
     if vnni {
-        // SAFETY: the caller checked avx512f, avx512vl and avx512vnni.
+        // SAFETY: the caller checked avx512f, avx512vl, avx512bw and avx512vnni.
         unsafe { run_vnni(tiles, nb, acts, groups, rows, sink) };
     } else {
         run_body::<false>(tiles, nb, acts, groups, rows, sink);
@@ -208,7 +209,7 @@ pub(crate) unsafe fn run_avx2(
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 fn run_vnni(
     tiles: &[Q4Kx8],
     nb: usize,
@@ -221,6 +222,8 @@ fn run_vnni(
 }
 
 /// The loop of [`run_avx2`], inlined into a caller compiled with the features it uses.
+/// With `VNNI` (AVX-512 F, VL, BW and VNNI) two tile groups at a time go through
+/// [`tile_pair`] on 512-bit vectors; a last odd group takes the 256-bit [`tile`].
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn run_body<const VNNI: bool>(
@@ -232,10 +235,28 @@ fn run_body<const VNNI: bool>(
     sink: &mut Sink<'_>,
 ) {
     let row = |i: usize| &acts[i * nb..(i + 1) * nb];
-    // The tail runs take the AVX2 products even on the VNNI path: for one or two rows
-    // the scale multiply (`vpmulld`) costs more than VNNI saves (the integers, so the
-    // bits, are the same either way).
-    for g in groups {
+    let mut g = groups.start;
+    while g < groups.end {
+        if VNNI && g + 1 < groups.end {
+            let lo = &tiles[g * nb..(g + 1) * nb];
+            let hi = &tiles[(g + 1) * nb..(g + 2) * nb];
+            let mut pair_sink = |_: usize, i: usize, out: &[f32; 2 * GROUP]| {
+                let (a, b) = out.split_at(GROUP);
+                sink(g, i, a.try_into().expect("8 outputs"));
+                sink(g + 1, i, b.try_into().expect("8 outputs"));
+            };
+            tile_runs!(rows, g, row, pair_sink, |a| {
+                6 => tile_pair::<6>(lo, hi, a),
+                3 => tile_pair::<3>(lo, hi, a),
+                2 => tile_pair::<2>(lo, hi, a),
+                1 => tile_pair::<1>(lo, hi, a),
+            });
+            g += 2;
+            continue;
+        }
+        // The tail runs take the AVX2 products even on the VNNI path: for one or two
+        // rows the scale multiply (`vpmulld`) costs more than VNNI saves (the integers,
+        // so the bits, are the same either way).
         let gt = &tiles[g * nb..(g + 1) * nb];
         tile_runs!(rows, g, row, sink, |a| {
             6 if VNNI => tile::<6, VNNI>(gt, a),
@@ -243,6 +264,110 @@ fn run_body<const VNNI: bool>(
             2 => tile::<2, false>(gt, a),
             1 => tile::<1, false>(gt, a),
         });
+        g += 1;
+    }
+}
+
+/// [`tile`] with VNNI for two tile groups side by side in 512-bit vectors (`lo` in the
+/// low half, `hi` in the high): the same integers and the same float steps per output
+/// lane, so the same bits, with each unpacking and each instruction serving 16 rows.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn tile_pair<const R: usize>(
+    lo_tiles: &[Q4Kx8],
+    hi_tiles: &[Q4Kx8],
+    acts: [&[Q8KBlock]; R],
+) -> [[f32; 2 * GROUP]; R] {
+    use std::arch::x86_64::*;
+    let acts = acts.map(|a| &a[..lo_tiles.len()]);
+    let hi_tiles = &hi_tiles[..lo_tiles.len()];
+    let word = |a: &Q8KBlock, k: usize| {
+        let q = &a.qs[4 * k..4 * k + 4];
+        i32::from_le_bytes([q[0] as u8, q[1] as u8, q[2] as u8, q[3] as u8])
+    };
+    // SAFETY (every intrinsic below): this function is only inlined into `run_vnni`,
+    // compiled with avx2, fma, f16c and avx512f, vl, bw and vnni; each load reads the 16
+    // or 32 bytes of one array of a tile.
+    unsafe {
+        let join32 = |a: *const u8, b: *const u8| {
+            _mm512_inserti64x4::<1>(
+                _mm512_castsi256_si512(_mm256_loadu_si256(a.cast())),
+                _mm256_loadu_si256(b.cast()),
+            )
+        };
+        let join16 = |a: *const u8, b: *const u8| {
+            _mm256_inserti128_si256::<1>(
+                _mm256_castsi128_si256(_mm_loadu_si128(a.cast())),
+                _mm_loadu_si128(b.cast()),
+            )
+        };
+        let m4 = _mm512_set1_epi8(0x0f);
+        let low16 = _mm512_set1_epi32(0xffff);
+        let mut acc = [_mm512_setzero_ps(); R];
+        for (b, (tl, th)) in lo_tiles.iter().zip(hi_tiles).enumerate() {
+            let mut isum = [_mm512_setzero_si512(); R];
+            for j in 0..4 {
+                let mut plo = [_mm512_setzero_si512(); R];
+                let mut phi = [_mm512_setzero_si512(); R];
+                for c in 0..8 {
+                    let w = join32(tl.qs[8 * j + c].as_ptr(), th.qs[8 * j + c].as_ptr());
+                    let lo = _mm512_and_si512(w, m4);
+                    let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(w), m4);
+                    for r in 0..R {
+                        let a = &acts[r][b];
+                        let alo = _mm512_set1_epi32(word(a, 16 * j + c));
+                        let ahi = _mm512_set1_epi32(word(a, 16 * j + 8 + c));
+                        plo[r] = _mm512_dpbusd_epi32(plo[r], lo, alo);
+                        phi[r] = _mm512_dpbusd_epi32(phi[r], hi, ahi);
+                    }
+                }
+                let slo = _mm512_cvtepu8_epi16(join16(
+                    tl.scales[2 * j].as_ptr(),
+                    th.scales[2 * j].as_ptr(),
+                ));
+                let shi = _mm512_cvtepu8_epi16(join16(
+                    tl.scales[2 * j + 1].as_ptr(),
+                    th.scales[2 * j + 1].as_ptr(),
+                ));
+                for r in 0..R {
+                    // The duplicated 16-bit scales, read as 32-bit lanes, masked.
+                    let p = _mm512_add_epi32(
+                        _mm512_mullo_epi32(plo[r], _mm512_and_si512(slo, low16)),
+                        _mm512_mullo_epi32(phi[r], _mm512_and_si512(shi, low16)),
+                    );
+                    isum[r] = _mm512_add_epi32(isum[r], p);
+                }
+            }
+            let dw = _mm512_cvtph_ps(join16(tl.d.as_ptr().cast(), th.d.as_ptr().cast()));
+            let dmw = _mm512_cvtph_ps(join16(tl.dmin.as_ptr().cast(), th.dmin.as_ptr().cast()));
+            let mins: [__m512i; 4] = std::array::from_fn(|p| {
+                _mm512_cvtepu8_epi16(join16(tl.mins[p].as_ptr(), th.mins[p].as_ptr()))
+            });
+            for r in 0..R {
+                let a = &acts[r][b];
+                let mut msum = _mm512_setzero_si512();
+                for (p, mv) in mins.iter().enumerate() {
+                    let s = 4 * p;
+                    let b0 = a.bsums[s] as i32 + a.bsums[s + 1] as i32;
+                    let b1 = a.bsums[s + 2] as i32 + a.bsums[s + 3] as i32;
+                    let pair = _mm512_set1_epi32((b0 & 0xffff) | (b1 << 16));
+                    msum = _mm512_add_epi32(msum, _mm512_madd_epi16(*mv, pair));
+                }
+                let val = _mm512_mul_ps(
+                    _mm512_set1_ps(a.d),
+                    _mm512_sub_ps(
+                        _mm512_mul_ps(dw, _mm512_cvtepi32_ps(isum[r])),
+                        _mm512_mul_ps(dmw, _mm512_cvtepi32_ps(msum)),
+                    ),
+                );
+                acc[r] = _mm512_add_ps(acc[r], val);
+            }
+        }
+        let mut out = [[0f32; 2 * GROUP]; R];
+        for (o, a) in out.iter_mut().zip(acc) {
+            _mm512_storeu_ps(o.as_mut_ptr(), a);
+        }
+        out
     }
 }
 
