@@ -71,6 +71,7 @@ mod blocks;
 mod blocks_avx2;
 mod dense;
 mod k_row;
+mod pair;
 mod q4_1;
 mod q4k;
 mod q6k;

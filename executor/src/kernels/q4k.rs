@@ -28,6 +28,8 @@ use half::f16;
 
 use super::Sink;
 use super::blocks::{QK_K, scale_min_k4};
+#[cfg(target_arch = "x86_64")]
+use super::pair::{join16, join32, split};
 use super::q8k::Q8KBlock;
 
 /// Weight rows per tile.
@@ -240,11 +242,7 @@ fn run_body<const VNNI: bool>(
         if VNNI && g + 1 < groups.end {
             let lo = &tiles[g * nb..(g + 1) * nb];
             let hi = &tiles[(g + 1) * nb..(g + 2) * nb];
-            let mut pair_sink = |_: usize, i: usize, out: &[f32; 2 * GROUP]| {
-                let (a, b) = out.split_at(GROUP);
-                sink(g, i, a.try_into().expect("8 outputs"));
-                sink(g + 1, i, b.try_into().expect("8 outputs"));
-            };
+            let mut pair_sink = |_: usize, i: usize, out: &[f32; 2 * GROUP]| split(sink, g, i, out);
             tile_runs!(rows, g, row, pair_sink, |a| {
                 6 => tile_pair::<6>(lo, hi, a),
                 3 => tile_pair::<3>(lo, hi, a),
@@ -289,18 +287,6 @@ fn tile_pair<const R: usize>(
     // compiled with avx2, fma, f16c and avx512f, vl, bw and vnni; each load reads the 16
     // or 32 bytes of one array of a tile.
     unsafe {
-        let join32 = |a: *const u8, b: *const u8| {
-            _mm512_inserti64x4::<1>(
-                _mm512_castsi256_si512(_mm256_loadu_si256(a.cast())),
-                _mm256_loadu_si256(b.cast()),
-            )
-        };
-        let join16 = |a: *const u8, b: *const u8| {
-            _mm256_inserti128_si256::<1>(
-                _mm256_castsi128_si256(_mm_loadu_si128(a.cast())),
-                _mm_loadu_si128(b.cast()),
-            )
-        };
         let m4 = _mm512_set1_epi8(0x0f);
         let low16 = _mm512_set1_epi32(0xffff);
         let mut acc = [_mm512_setzero_ps(); R];

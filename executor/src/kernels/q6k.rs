@@ -25,6 +25,8 @@ use half::f16;
 
 use super::Sink;
 use super::blocks::QK_K;
+#[cfg(target_arch = "x86_64")]
+use super::pair::{join16, join32, split};
 use super::q8k::Q8KBlock;
 
 /// Weight rows per tile.
@@ -198,11 +200,12 @@ pub(crate) fn run_scalar(
 
 /// AVX2 kernel over a rectangle of tile groups × activation rows, in runs of up to four
 /// activation rows sharing each unpacked weight chunk (six with `vnni`: the CPU has
-/// AVX-512 F, VL and VNNI, checked by the caller, and the products use `vpdpbusd`).
+/// AVX-512 F, VL, BW and VNNI, checked by the caller: the products use `vpdpbusd`, two
+/// tile groups at a time on 512-bit vectors).
 ///
 /// # Safety
-/// The CPU must support avx2, fma and f16c, and avx512f, avx512vl and avx512vnni when
-/// `vnni` is set.
+/// The CPU must support avx2, fma and f16c, and avx512f, avx512vl, avx512bw and
+/// avx512vnni when `vnni` is set.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn run_avx2(
@@ -215,7 +218,7 @@ pub(crate) unsafe fn run_avx2(
     sink: &mut Sink<'_>,
 ) {
     if vnni {
-        // SAFETY: the caller checked avx512f, avx512vl and avx512vnni.
+        // SAFETY: the caller checked avx512f, avx512vl, avx512bw and avx512vnni.
         unsafe { run_vnni(tiles, nb, acts, groups, rows, sink) };
     } else {
         run_body::<false>(tiles, nb, acts, groups, rows, sink);
@@ -223,7 +226,7 @@ pub(crate) unsafe fn run_avx2(
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 fn run_vnni(
     tiles: &[Q6Kx8],
     nb: usize,
@@ -236,6 +239,8 @@ fn run_vnni(
 }
 
 /// The loop of [`run_avx2`], inlined into a caller compiled with the features it uses.
+/// With `VNNI` (AVX-512 F, VL, BW and VNNI) two tile groups at a time go through
+/// [`tile_pair`] on 512-bit vectors; a last odd group takes the 256-bit [`tile`].
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn run_body<const VNNI: bool>(
@@ -247,10 +252,25 @@ fn run_body<const VNNI: bool>(
     sink: &mut Sink<'_>,
 ) {
     let row = |i: usize| &acts[i * nb..(i + 1) * nb];
-    // The tail runs take the AVX2 products even on the VNNI path: for one to three rows
-    // the scale multiply (`vpmulld`) costs more than VNNI saves (the integers, so the
-    // bits, are the same either way).
-    for g in groups {
+    let mut g = groups.start;
+    while g < groups.end {
+        if VNNI && g + 1 < groups.end {
+            let lo = &tiles[g * nb..(g + 1) * nb];
+            let hi = &tiles[(g + 1) * nb..(g + 2) * nb];
+            let mut pair_sink = |_: usize, i: usize, out: &[f32; 2 * GROUP]| split(sink, g, i, out);
+            tile_runs!(rows, g, row, pair_sink, |a| {
+                6 => tile_pair::<6>(lo, hi, a),
+                4 => tile_pair::<4>(lo, hi, a),
+                3 => tile_pair::<3>(lo, hi, a),
+                2 => tile_pair::<2>(lo, hi, a),
+                1 => tile_pair::<1>(lo, hi, a),
+            });
+            g += 2;
+            continue;
+        }
+        // The tail runs take the AVX2 products even on the VNNI path: for one to three
+        // rows the scale multiply (`vpmulld`) costs more than VNNI saves (the integers,
+        // so the bits, are the same either way).
         let gt = &tiles[g * nb..(g + 1) * nb];
         tile_runs!(rows, g, row, sink, |a| {
             6 if VNNI => tile::<6, VNNI>(gt, a),
@@ -259,6 +279,134 @@ fn run_body<const VNNI: bool>(
             2 => tile::<2, false>(gt, a),
             1 => tile::<1, false>(gt, a),
         });
+        g += 1;
+    }
+}
+
+/// [`tile`] with VNNI for two tile groups side by side in 512-bit vectors (`lo` in the
+/// low half, `hi` in the high): the same integers and float steps per output lane, so
+/// the same bits, with each unpacking and each instruction serving 16 rows.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn tile_pair<const R: usize>(
+    lo_tiles: &[Q6Kx8],
+    hi_tiles: &[Q6Kx8],
+    acts: [&[Q8KBlock]; R],
+) -> [[f32; 2 * GROUP]; R] {
+    use std::arch::x86_64::*;
+    let acts = acts.map(|a| &a[..lo_tiles.len()]);
+    let hi_tiles = &hi_tiles[..lo_tiles.len()];
+    // SAFETY (every intrinsic below): only inlined into `run_vnni`, compiled with avx2,
+    // fma, f16c and avx512f, vl, bw and vnni; each load reads the 16 bytes of one array
+    // of a tile.
+    unsafe {
+        let mut acc = [_mm512_setzero_ps(); R];
+        for (b, (tl, th)) in lo_tiles.iter().zip(hi_tiles).enumerate() {
+            let a: [&Q8KBlock; R] = std::array::from_fn(|r| &acts[r][b]);
+            let mut isum = [_mm512_setzero_si512(); R];
+            quarter_pair::<0, R>(tl, th, a, &mut isum);
+            quarter_pair::<1, R>(tl, th, a, &mut isum);
+            quarter_pair::<2, R>(tl, th, a, &mut isum);
+            quarter_pair::<3, R>(tl, th, a, &mut isum);
+            let dw = _mm512_cvtph_ps(join16(tl.d.as_ptr().cast(), th.d.as_ptr().cast()));
+            let pairs16: [__m512i; 8] = std::array::from_fn(|p| {
+                _mm512_cvtepi8_epi16(join16(
+                    tl.scales[p].as_ptr().cast(),
+                    th.scales[p].as_ptr().cast(),
+                ))
+            });
+            for r in 0..R {
+                let mut msum = _mm512_setzero_si512();
+                for (p, pair16) in pairs16.iter().enumerate() {
+                    let bs = (a[r].bsums[2 * p] as i32 & 0xffff)
+                        | ((a[r].bsums[2 * p + 1] as i32) << 16);
+                    msum =
+                        _mm512_add_epi32(msum, _mm512_madd_epi16(*pair16, _mm512_set1_epi32(bs)));
+                }
+                let m = _mm512_slli_epi32::<5>(msum);
+                let val = _mm512_mul_ps(
+                    _mm512_set1_ps(a[r].d),
+                    _mm512_sub_ps(
+                        _mm512_mul_ps(dw, _mm512_cvtepi32_ps(isum[r])),
+                        _mm512_mul_ps(dw, _mm512_cvtepi32_ps(m)),
+                    ),
+                );
+                acc[r] = _mm512_add_ps(acc[r], val);
+            }
+        }
+        let mut out = [[0f32; 2 * GROUP]; R];
+        for (o, a) in out.iter_mut().zip(acc) {
+            _mm512_storeu_ps(o.as_mut_ptr(), a);
+        }
+        out
+    }
+}
+
+/// [`quarter`] with VNNI for two tiles in 512-bit vectors.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn quarter_pair<const S: usize, const R: usize>(
+    tl: &Q6Kx8,
+    th: &Q6Kx8,
+    a: [&Q8KBlock; R],
+    isum: &mut [std::arch::x86_64::__m512i; R],
+) {
+    use std::arch::x86_64::*;
+    let word = |a: &Q8KBlock, k: usize| {
+        let q = &a.qs[4 * k..4 * k + 4];
+        i32::from_le_bytes([q[0] as u8, q[1] as u8, q[2] as u8, q[3] as u8])
+    };
+    // SAFETY (every intrinsic below): only inlined into `tile_pair`, see there; each
+    // load reads the 16 or 32 bytes of one array of a tile.
+    unsafe {
+        let m4 = _mm512_set1_epi8(0x0f);
+        let m2 = _mm512_set1_epi8(0x30);
+        for gq in 0..4 {
+            let grp = 4 * S + gq;
+            let pair = join16(
+                tl.scales[grp / 2].as_ptr().cast(),
+                th.scales[grp / 2].as_ptr().cast(),
+            );
+            // The byte shuffle works within each 128-bit half: one pattern for both.
+            let sel = if grp.is_multiple_of(2) {
+                _mm256_setr_epi8(
+                    0, 0, 2, 2, 4, 4, 6, 6, 8, 8, 10, 10, 12, 12, 14, 14, 0, 0, 2, 2, 4, 4, 6, 6,
+                    8, 8, 10, 10, 12, 12, 14, 14,
+                )
+            } else {
+                _mm256_setr_epi8(
+                    1, 1, 3, 3, 5, 5, 7, 7, 9, 9, 11, 11, 13, 13, 15, 15, 1, 1, 3, 3, 5, 5, 7, 7,
+                    9, 9, 11, 11, 13, 13, 15, 15,
+                )
+            };
+            let sc = _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(pair, sel));
+            // The duplicated 16-bit scales as 32-bit lanes, sign-extended.
+            let sc32 = _mm512_srai_epi32::<16>(sc);
+            let mut s32 = [_mm512_setzero_si512(); R];
+            for k in 4 * grp..4 * grp + 4 {
+                let l = join32(tl.ql[k % 32].as_ptr(), th.ql[k % 32].as_ptr());
+                let h = join32(tl.qh[k % 16].as_ptr(), th.qh[k % 16].as_ptr());
+                let lo = if S < 2 {
+                    _mm512_and_si512(l, m4)
+                } else {
+                    _mm512_and_si512(_mm512_srli_epi16::<4>(l), m4)
+                };
+                let hi = match S {
+                    0 => _mm512_slli_epi16::<4>(h),
+                    1 => _mm512_slli_epi16::<2>(h),
+                    2 => h,
+                    _ => _mm512_srli_epi16::<2>(h),
+                };
+                let q = _mm512_or_si512(lo, _mm512_and_si512(hi, m2));
+                for r in 0..R {
+                    let x = _mm512_set1_epi32(word(a[r], k));
+                    s32[r] = _mm512_dpbusd_epi32(s32[r], q, x);
+                }
+            }
+            for r in 0..R {
+                isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(s32[r], sc32));
+            }
+        }
     }
 }
 

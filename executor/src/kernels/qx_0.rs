@@ -39,6 +39,8 @@ use half::f16;
 
 use super::Sink;
 use super::blocks::{BlockType, Unpacked32, unpack32};
+#[cfg(target_arch = "x86_64")]
+use super::pair::{join16, join32, split};
 use super::quant::{Q8Block, QK};
 
 /// Weight rows per tile.
@@ -270,11 +272,7 @@ fn run_body<const QH: usize, const VNNI: bool>(
             let hi = &tiles[(g + 1) * nb..(g + 2) * nb];
             // Registers per activation row: two 32-bit sums and the accumulator, for
             // 16 weight rows each.
-            let mut pair_sink = |_: usize, i: usize, out: &[f32; 2 * GROUP]| {
-                let (a, b) = out.split_at(GROUP);
-                sink(g, i, a.try_into().expect("8 outputs"));
-                sink(g + 1, i, b.try_into().expect("8 outputs"));
-            };
+            let mut pair_sink = |_: usize, i: usize, out: &[f32; 2 * GROUP]| split(sink, g, i, out);
             tile_runs!(rows, g, row, pair_sink, |a| {
                 6 => tile_pair::<QH, 6>(lo, hi, a),
                 4 => tile_pair::<QH, 4>(lo, hi, a),
@@ -317,25 +315,19 @@ fn tile_pair<const QH: usize, const R: usize>(
     // compiled with avx2, fma, f16c and avx512f, vl, bw and vnni; the loads read whole
     // arrays of the tiles (32 bytes of `qs` or `qh`, 16 bytes of `d`).
     unsafe {
-        let join = |a: *const u8, b: *const u8| {
-            _mm512_inserti64x4::<1>(
-                _mm512_castsi256_si512(_mm256_loadu_si256(a.cast())),
-                _mm256_loadu_si256(b.cast()),
-            )
-        };
         let m4 = _mm512_set1_epi8(0x0f);
         let bit4 = _mm512_set1_epi8(0x10);
         let mut acc = [_mm512_setzero_ps(); R];
         for (b, (tl, th)) in lo_tiles.iter().zip(hi_tiles).enumerate() {
             let qh = if QH > 0 {
-                join(tl.qh.as_ptr(), th.qh.as_ptr())
+                join32(tl.qh.as_ptr(), th.qh.as_ptr())
             } else {
                 _mm512_setzero_si512()
             };
             let mut s_lo = [_mm512_setzero_si512(); R];
             let mut s_hi = [_mm512_setzero_si512(); R];
             for j in 0..4 {
-                let w = join(tl.qs.as_ptr().add(32 * j), th.qs.as_ptr().add(32 * j));
+                let w = join32(tl.qs.as_ptr().add(32 * j), th.qs.as_ptr().add(32 * j));
                 let mut lo = _mm512_and_si512(w, m4);
                 let mut hi = _mm512_and_si512(_mm512_srli_epi16::<4>(w), m4);
                 if QH > 0 {
@@ -350,11 +342,7 @@ fn tile_pair<const QH: usize, const R: usize>(
                     s_hi[r] = _mm512_dpbusd_epi32(s_hi[r], hi, _mm512_set1_epi32(a.word(4 + j)));
                 }
             }
-            let d = _mm256_inserti128_si256::<1>(
-                _mm256_castsi128_si256(_mm_loadu_si128(tl.d.as_ptr().cast())),
-                _mm_loadu_si128(th.d.as_ptr().cast()),
-            );
-            let dw = _mm512_cvtph_ps(d);
+            let dw = _mm512_cvtph_ps(join16(tl.d.as_ptr().cast(), th.d.as_ptr().cast()));
             for r in 0..R {
                 let a = &acts[r][b];
                 let sum = _mm512_add_epi32(s_lo[r], s_hi[r]);
