@@ -23,9 +23,8 @@ use candle_core::quantized::gguf_file::{Content, Value};
 use memmap2::Mmap;
 use sha2::{Digest, Sha256};
 
-use crate::kernels::SharedBytes;
-
 use crate::error::ModelError;
+use crate::kernels::SharedBytes;
 
 const GGUF_MAGIC: &[u8; 4] = b"GGUF";
 
