@@ -1,5 +1,7 @@
-//! The single-process server: bind, load the model in the background (ready
-//! stays false until a warm-up generation succeeds), serve, and drain.
+//! The HTTP server of every role ([`Mode`]: `stoker serve` in one process,
+//! `stoker api` in front of executors, `stoker executor` behind Kafka): bind,
+//! load the model in the background (ready stays false until a warm-up
+//! generation succeeds, where the role runs an engine), serve, and drain.
 //!
 //! Drain keeps accepting connections so load balancers see a 503 from
 //! `/health/ready` and clients get a typed `not_ready` instead of a refused

@@ -1,5 +1,6 @@
 //! The stoker control plane: event store, aggregates, projections, the batch
-//! path with its object storage, and the request log.
+//! path with its object storage, the request log, and the Kafka transport
+//! that carries jobs between the API and the executors (`transport`).
 
 pub mod batch;
 pub mod controller;

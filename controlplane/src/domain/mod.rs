@@ -1,5 +1,6 @@
 //! The control plane's business rules as event-sourced aggregates: a
-//! deployment (with its rollouts), a revision, a capacity profile, an executor.
+//! deployment (with its rollouts), a revision, a capacity profile, an executor
+//! and a batch job.
 //!
 //! Each aggregate decides in [`Aggregate::handle`], which reads the state and
 //! returns the events a command causes or the [`DomainError`] that refuses it,

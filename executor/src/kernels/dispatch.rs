@@ -106,3 +106,14 @@ pub fn kernel_path() -> KernelPath {
             .unwrap_or(KernelPath::Scalar)
     })
 }
+
+/// For the tests of the AVX2 code: an x86-64 machine without AVX2, FMA or F16C fails
+/// them with the reason instead of letting them pass untested.
+#[cfg(test)]
+pub(crate) fn require_avx2() {
+    assert!(
+        KernelPath::Avx2.is_available(),
+        "this x86-64 CPU reports no AVX2, FMA or F16C, so the AVX2 kernels cannot be \
+         tested here: run the tests on a CPU with them (x86-64 servers since 2013)"
+    );
+}

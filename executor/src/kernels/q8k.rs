@@ -167,10 +167,9 @@ mod tests {
     }
 
     #[test]
+    #[cfg(target_arch = "x86_64")]
     fn avx2_quantization_is_bitwise_identical_to_scalar() {
-        if !crate::kernels::KernelPath::Avx2.is_available() {
-            return;
-        }
+        crate::kernels::dispatch::require_avx2();
         let mut seed = 7u32;
         let mut next = || {
             seed ^= seed << 13;

@@ -267,10 +267,9 @@ mod tests {
     }
 
     #[test]
+    #[cfg(target_arch = "x86_64")]
     fn avx2_quantization_is_bitwise_identical_to_scalar() {
-        if !crate::kernels::KernelPath::Avx2.is_available() {
-            return;
-        }
+        crate::kernels::dispatch::require_avx2();
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
         let mut x = vec![0f32; QK * 64];
         for (i, v) in x.iter_mut().enumerate() {
