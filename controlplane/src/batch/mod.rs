@@ -22,6 +22,10 @@ pub use storage::{Storage, StorageError};
 
 use crate::service::CpError;
 
+/// The actor of the batch worker's events. Here rather than in `worker` because
+/// `service` records events as the worker too, and `worker` builds on `service`.
+pub(crate) const WORKER_ACTOR: &str = "batch-worker";
+
 /// Everything the batch path refuses or fails with.
 #[derive(Debug, thiserror::Error)]
 pub enum BatchError {

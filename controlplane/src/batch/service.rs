@@ -323,7 +323,7 @@ impl Batches {
             .batch_command(
                 batch_id,
                 BatchCommand::Start { shards: n },
-                &meta(super::worker::WORKER_ACTOR, None),
+                &meta(super::WORKER_ACTOR, None),
             )
             .await?;
         Ok(())

@@ -20,13 +20,10 @@ use tokio::task::JoinHandle;
 use super::finalize::finalize;
 use super::runner::{BatchRef, RowExecutor, ShardEnd, Stop, run_shard};
 use super::service::Batches;
-use super::{BatchError, StorageError, files, now_ms, shards};
+use super::{BatchError, StorageError, WORKER_ACTOR, files, now_ms, shards};
 use crate::domain::BatchCommand;
 use crate::projection::BatchView;
 use crate::service::meta;
-
-/// The actor of the worker's events.
-pub const WORKER_ACTOR: &str = "batch-worker";
 
 impl Batches {
     /// Starts the worker loop. `embedded` drops every lease first: with the
