@@ -9,6 +9,7 @@ mod error;
 mod event_store;
 mod migrate;
 mod pg_batch;
+mod pg_version;
 mod postgres;
 mod sqlite;
 mod time;

@@ -133,7 +133,7 @@ async fn conflict_now(pool: &PgPool, req: &Request) -> Result<Vec<Recorded>, Sto
     Err(StoreError::Conflict {
         stream: req.stream.clone(),
         expected: req.expected,
-        actual: super::postgres::version(pool, &req.stream).await?,
+        actual: super::pg_version::version(pool, &req.stream).await?,
     })
 }
 

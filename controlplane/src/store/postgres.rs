@@ -15,6 +15,7 @@ use sqlx::{Postgres, QueryBuilder, Row};
 use tokio::sync::oneshot;
 
 use super::pg_batch;
+use super::pg_version::version;
 use super::{
     Actor, AuditQuery, ExpectedVersion, NewEvent, Position, Recorded, StoreError, StreamRef,
 };
@@ -138,20 +139,6 @@ impl PgStore {
         let rows = qb.build().fetch_all(&self.pool).await?;
         rows.iter().map(decode).collect()
     }
-}
-
-pub(crate) async fn version<'e, E>(exec: E, stream: &StreamRef) -> Result<u64, StoreError>
-where
-    E: sqlx::Executor<'e, Database = Postgres>,
-{
-    let v: i64 = sqlx::query_scalar(
-        "SELECT COALESCE(MAX(seq), 0) FROM events WHERE stream_type = $1 AND stream_id = $2",
-    )
-    .bind(stream.stream_type.as_str())
-    .bind(stream.stream_id.as_str())
-    .fetch_one(exec)
-    .await?;
-    Ok(v as u64)
 }
 
 fn decode(r: &PgRow) -> Result<Recorded, StoreError> {
