@@ -22,7 +22,7 @@ pub enum ModelError {
     Truncated(String),
     #[error(
         "unsupported model architecture `{0}` (supported: {supported})",
-        supported = crate::model::config::SUPPORTED_ARCHITECTURES.join(", ")
+        supported = crate::arch::SUPPORTED_ARCHITECTURES.join(", ")
     )]
     UnsupportedArchitecture(String),
     #[error("missing metadata key `{0}`")]

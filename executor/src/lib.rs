@@ -5,6 +5,7 @@
 //! Kafka or object storage: callers hand it validated requests through
 //! [`engine::Engine::submit`] and read events from the returned handle.
 
+mod arch;
 pub mod chat_template;
 pub mod detokenize;
 pub mod engine;
