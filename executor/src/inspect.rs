@@ -20,6 +20,8 @@ use crate::model::ModelConfig;
 use crate::model::loader::GgufArtifact;
 use crate::tokenizer::{KEY_MODEL, KEY_PRE, KEY_TOKENS, ModelTokenizer};
 
+pub use crate::model::file_type::file_type_name;
+
 /// The report on one file.
 #[derive(Clone, Debug, Serialize)]
 pub struct Inspection {
@@ -44,46 +46,6 @@ pub struct Inspection {
     pub servable: bool,
     /// Every reason stoker cannot serve the file; empty when it can.
     pub problems: Vec<String>,
-}
-
-/// llama.cpp's `llama_ftype` names for `general.file_type`.
-pub fn file_type_name(v: u32) -> Option<&'static str> {
-    Some(match v {
-        0 => "F32",
-        1 => "F16",
-        2 => "Q4_0",
-        3 => "Q4_1",
-        7 => "Q8_0",
-        8 => "Q5_0",
-        9 => "Q5_1",
-        10 => "Q2_K",
-        11 => "Q3_K_S",
-        12 => "Q3_K_M",
-        13 => "Q3_K_L",
-        14 => "Q4_K_S",
-        15 => "Q4_K_M",
-        16 => "Q5_K_S",
-        17 => "Q5_K_M",
-        18 => "Q6_K",
-        19 => "IQ2_XXS",
-        20 => "IQ2_XS",
-        21 => "Q2_K_S",
-        22 => "IQ3_XS",
-        23 => "IQ3_XXS",
-        24 => "IQ1_S",
-        25 => "IQ4_NL",
-        26 => "IQ3_S",
-        27 => "IQ3_M",
-        28 => "IQ2_S",
-        29 => "IQ2_M",
-        30 => "IQ4_XS",
-        31 => "IQ1_M",
-        32 => "BF16",
-        36 => "TQ1_0",
-        37 => "TQ2_0",
-        38 => "MXFP4_MOE",
-        _ => return None,
-    })
 }
 
 fn string(md: &std::collections::HashMap<String, Value>, key: &str) -> Option<String> {

@@ -6,6 +6,7 @@
 
 pub mod attention;
 pub mod config;
+pub mod file_type;
 pub mod forward;
 pub mod kv_storage;
 pub mod loader;
@@ -133,7 +134,7 @@ impl Model {
             .metadata()
             .get("general.file_type")
             .and_then(|v| v.to_u32().ok())
-            .and_then(crate::inspect::file_type_name);
+            .and_then(file_type::file_type_name);
         let precision = match (opts.weights, file_type) {
             (WeightMode::DequantizedF32, _) => "f32".to_string(),
             (WeightMode::Native, Some(name)) => name.to_lowercase(),
