@@ -6,7 +6,7 @@ use candle_core::quantized::GgmlDType;
 use super::quant::QK;
 use super::{BlockType, KernelError, q4_1, q8_0};
 
-/// Storage formats accepted by [`QMatrix::from_ggml_bytes`].
+/// Storage formats accepted by [`QMatrix::from_ggml_bytes`](super::QMatrix::from_ggml_bytes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum QDtype {
     /// Little-endian f32 values (stored as is).
@@ -23,7 +23,7 @@ pub enum QDtype {
     Blocks(BlockType),
 }
 
-/// Every tensor type [`QMatrix`] accepts, by ggml's name (for messages).
+/// Every tensor type [`QMatrix`](super::QMatrix) accepts, by ggml's name (for messages).
 pub const SUPPORTED_TENSOR_TYPES: &[&str] = &[
     "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
     "Q6_K",
