@@ -1,0 +1,17 @@
+//! What the workspace's test suites and benchmarks share, in one place so that
+//! each thing has one definition: where the model and the Python venv are (and
+//! the fix when they are missing), the percentile the load generator reports,
+//! a seeded generator for test data, and temporary folders removed on drop.
+//!
+//! Missing prerequisites fail loudly: every lookup here panics with the script
+//! that fixes it, so no test or benchmark can skip or pass vacuously.
+
+pub mod paths;
+pub mod rng;
+pub mod stats;
+pub mod tmp;
+
+pub use paths::{MODEL_ENV, model_path, python_bin, repo_root};
+pub use rng::TestRng;
+pub use stats::{median, percentile};
+pub use tmp::{TempDir, temp_dir};
