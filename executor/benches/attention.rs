@@ -18,24 +18,11 @@ use stoker_executor::ids::{BLOCK_SIZE, BlockId};
 use stoker_executor::model::attention::{RowKv, attend_one};
 use stoker_executor::model::row_order::RowOrder;
 use stoker_executor::model::{KvStorage, ModelConfig};
+use stoker_test_support::{TestRng, median};
 
 const HEADS: usize = 9;
 const KV_HEADS: usize = 3;
 const DIM: usize = 64;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> f32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-    fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.next()).collect()
-    }
-}
 
 fn config() -> ModelConfig {
     ModelConfig::llama(1, HEADS, KV_HEADS, DIM, 1536, 8192)
@@ -50,12 +37,12 @@ struct Cache {
     v_old: Vec<f32>,
 }
 
-fn cache(len: usize, rng: &mut Rng) -> Cache {
+fn cache(len: usize, rng: &mut TestRng) -> Cache {
     let blocks = len.div_ceil(BLOCK_SIZE);
     let mut kv = KvStorage::new(&config(), blocks);
     let table: Vec<BlockId> = (0..blocks as u32).map(BlockId).collect();
-    let k_old = rng.vec(len * KV_HEADS * DIM);
-    let v_old = rng.vec(len * KV_HEADS * DIM);
+    let k_old = rng.uniform_vec(len * KV_HEADS * DIM);
+    let v_old = rng.uniform_vec(len * KV_HEADS * DIM);
     for pos in 0..len {
         for h in 0..KV_HEADS {
             let at = (pos * KV_HEADS + h) * DIM;
@@ -144,16 +131,11 @@ fn run(c: &Cache, q: &[f32], rows: &[usize], prompt: usize, new: bool) {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn main() {
     let quick = std::env::var("STOKER_BENCH_QUICK").is_ok();
     let rounds = if quick { 5 } else { 21 };
-    let mut rng = Rng(0x5eed);
-    let q = rng.vec(HEADS * DIM);
+    let mut rng = TestRng::new(0x5eed);
+    let q = rng.uniform_vec(HEADS * DIM);
     println!("attention, one thread, 9 heads per row; median of {rounds} interleaved rounds");
     println!("| case | new (reference order) | old (online softmax) | new / old |");
     println!("|---|---|---|---|");

@@ -5,12 +5,12 @@
 //!
 //! Run: `cargo bench -p stoker-executor --bench engine`
 //!
+//! Percentiles interpolate between closest ranks, as `stoker bench` reports them.
 //! `STOKER_MODEL` names another GGUF file, `STOKER_BENCH_SECTIONS` picks sections
 //! (`throughput,prefix,turns,floors`, the default all) and
 //! `STOKER_BENCH_CONCURRENCY` the throughput table's rows (default `1,4,16,32`);
 //! `scripts/bench-llama-cpp.sh` uses them to run beside `llama-batched-bench`.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use stoker_executor::chat_template::ChatMessage;
@@ -18,19 +18,11 @@ use stoker_executor::{
     AttentionOrder, Engine, EngineConfig, EngineEvent, Lane, LoadOptions, Model, SamplingParams,
     TenantId, ValidRequest,
 };
+use stoker_test_support::{median, model_path, percentile};
 
 const PROMPT_TOKENS: usize = 128;
 const OUTPUT_TOKENS: usize = 128;
 const REPLY_TOKENS: usize = 128;
-
-fn model_path() -> PathBuf {
-    std::env::var("STOKER_MODEL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../models/SmolLM2-135M-Instruct.Q4_1.gguf")
-        })
-}
 
 struct RequestTrace {
     ttft: Duration,
@@ -51,15 +43,6 @@ fn concurrencies() -> Vec<usize> {
                 .collect()
         })
         .unwrap_or_else(|_| vec![1, 4, 16, 32])
-}
-
-fn percentile(v: &mut [f64], p: f64) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let idx = ((p / 100.0) * (v.len() - 1) as f64).round() as usize;
-    v[idx]
 }
 
 /// A prompt of exactly `n` tokens, distinct per `i`.
@@ -298,19 +281,21 @@ fn main() {
             .iter()
             .flat_map(|t| t.itl.iter().map(|d| d.as_secs_f64() * 1e3))
             .collect();
-        let itl50 = percentile(&mut itl, 50.0);
+        ttft.sort_by(f64::total_cmp);
+        itl.sort_by(f64::total_cmp);
+        let itl50 = percentile(&itl, 0.5);
         if c == 1 {
             itl_c1 = itl50;
         }
         if c == 32 {
             itl_c32 = itl50;
         }
-        let ttft50 = percentile(&mut ttft, 50.0);
+        let ttft50 = percentile(&ttft, 0.5);
         println!(
             "| {c} | {tps:.1} | {:.2}x | {ttft50:.1} | {:.1} | {itl50:.2} | {:.2} | {:.1} | {:.1} |",
             tps / b,
-            percentile(&mut ttft, 99.0),
-            percentile(&mut itl, 99.0),
+            percentile(&ttft, 0.99),
+            percentile(&itl, 0.99),
             c as f64 * 1e3 / itl50,
             (c * PROMPT_TOKENS) as f64 * 1e3 / ttft50,
         );
@@ -361,7 +346,7 @@ fn prefix_section() {
             let (_, traces) = run(&engine, vec![ids], 8);
             ttfts.push(traces[0].ttft.as_secs_f64() * 1e3);
         }
-        let p50 = percentile(&mut ttfts, 50.0);
+        let p50 = median(ttfts);
         let s = engine.stats();
         println!(
             "- prefix caching {}: prompt {prompt_len} tokens, TTFT p50 {p50:.1} ms, prefix-cache hits {}/{} tokens",
@@ -406,7 +391,7 @@ fn turns_section() {
             ttfts.push(second.timings.ttft.as_secs_f64() * 1e3);
             cached += second.usage.cached_prompt_tokens;
         }
-        let p50 = percentile(&mut ttfts, 50.0);
+        let p50 = median(ttfts);
         println!(
             "- {order:?} order: second-turn prompt {prompt} tokens, TTFT p50 {p50:.1} ms, {:.0} tokens from the prefix cache on average",
             cached as f64 / 8.0

@@ -17,6 +17,7 @@ use std::time::Instant;
 use rayon::prelude::*;
 use stoker_executor::kernels::{MatmulScratch, QMatrix, matmul_with_scratch};
 use stoker_executor::quantize::{SUPPORTED_TYPES, parse_type, quantize_row};
+use stoker_test_support::{TestRng, median};
 
 /// llama.cpp's perf shape: rows (output features) and columns (input features).
 const M: usize = 4096;
@@ -36,12 +37,9 @@ fn weights(seed: u64) -> Vec<f32> {
     (0..M)
         .into_par_iter()
         .flat_map_iter(|r| {
-            let mut s = seed ^ (r as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+            let mut rng = TestRng::new(seed ^ (r as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
             (0..K).map(move |_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                let u = (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
+                let u = rng.uniform() * 0.5;
                 u * u * u * 0.2
             })
         })
@@ -86,8 +84,7 @@ fn main() {
                 samples.push(t0.elapsed().as_secs_f64() / runs as f64);
                 black_box(&out);
             }
-            samples.sort_by(f64::total_cmp);
-            let s = samples[samples.len() / 2];
+            let s = median(samples);
             let gflops = 2.0 * (M * K * bs) as f64 / s / 1e9;
             println!("| {name} | {bs} | {:.1} | {gflops:.1} | |", s * 1e6);
         }

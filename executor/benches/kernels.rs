@@ -16,34 +16,15 @@
 
 use std::borrow::Cow;
 use std::hint::black_box;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor, gguf_file};
 use candle_core::{Device, Module, Tensor};
 use rayon::prelude::*;
 use stoker_executor::kernels::{MatmulScratch, QMatrix, kernel_path, matmul_on_path};
+use stoker_test_support::{TestRng, median, model_path};
 
 type BoxError = Box<dyn std::error::Error>;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> f32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-    fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.next()).collect()
-    }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
 
 /// Memory bandwidth in GB/s: (read-sum on one thread, read-sum on the pool, memcpy
 /// counting bytes read + written), best of a few passes.
@@ -106,7 +87,7 @@ struct Inputs {
 
 impl Inputs {
     fn new(t: usize, cols: usize, rows: usize, seed: u64) -> Result<Self, BoxError> {
-        let x = Rng(seed | 1).vec(t * cols);
+        let x = TestRng::new(seed).uniform_vec(t * cols);
         let xt = Tensor::from_vec(x.clone(), (t, cols), &Device::Cpu)?;
         Ok(Inputs {
             x,
@@ -164,24 +145,8 @@ fn time_pair(budget: Duration, mut f_ours: impl FnMut(), mut f_candle: impl FnMu
     (median(v_o), median(v_c))
 }
 
-fn model_path() -> PathBuf {
-    std::env::var_os("STOKER_MODEL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../models/SmolLM2-135M-Instruct.Q4_1.gguf")
-        })
-}
-
 fn main() -> Result<(), BoxError> {
     let path = model_path();
-    if !path.exists() {
-        println!(
-            "model not found at {}; nothing to benchmark",
-            path.display()
-        );
-        return Ok(());
-    }
     let quick = std::env::var_os("STOKER_BENCH_QUICK").is_some();
     let budget = Duration::from_millis(if quick { 150 } else { 600 });
     println!(
@@ -305,7 +270,11 @@ fn main() -> Result<(), BoxError> {
             &[(576, 1536), (3072, 576)]
         };
         for &(rows, cols) in shapes {
-            let w = Tensor::from_vec(Rng(7).vec(rows * cols), (rows, cols), &Device::Cpu)?;
+            let w = Tensor::from_vec(
+                TestRng::new(7).uniform_vec(rows * cols),
+                (rows, cols),
+                &Device::Cpu,
+            )?;
             let p = Pair::new(&[&QTensor::quantize(&(w * 0.1)?, dtype)?])?;
             for t in [1usize, 16, 128] {
                 let mut inp = Inputs::new(t, cols, rows, 3 + t as u64)?;

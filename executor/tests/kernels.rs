@@ -2,41 +2,33 @@
 //! against candle's `QMatMul`, bitwise batch invariance on both kernel paths and thread
 //! pool sizes, agreement of the AVX2 and scalar paths, and typed errors on hostile input.
 //!
-//! Real-model tests read `$STOKER_MODEL` or `../models/SmolLM2-135M-Instruct.Q4_1.gguf`
-//! relative to the crate and are skipped (with a note on stderr) when neither exists.
+//! Real-model tests read `$STOKER_MODEL` or the default model under `models/`
+//! (`stoker_test_support::model_path`) and fail with the fix (run
+//! `scripts/fetch-model.sh`) when it is missing; none is skipped.
 
 #[path = "kernels/block_formats.rs"]
 mod block_formats;
-
-use std::path::PathBuf;
 
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor, gguf_file};
 use candle_core::{Device, Module, Tensor};
 use stoker_executor::kernels::{
     KernelError, KernelPath, MatmulScratch, QDtype, QMatrix, matmul, matmul_on_path,
 };
+use stoker_test_support::{TestRng, model_path};
 
-/// Deterministic xorshift generator for test data.
-struct Rng(u64);
+/// Test data the kernels see: activation-like values from the shared seeded generator.
+trait Activations {
+    /// Mostly small with occasional outliers, per-block scale varying.
+    fn activations(&mut self, n: usize) -> Vec<f32>;
+}
 
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
-    }
-    /// Uniform in [-1, 1).
-    fn next(&mut self) -> f32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-    /// Activation-like values: mostly small with occasional outliers, per-block scale varying.
+impl Activations for TestRng {
     fn activations(&mut self, n: usize) -> Vec<f32> {
         (0..n)
             .map(|i| {
-                let v = self.next();
+                let v = self.uniform();
                 let scale = [0.05, 1.0, 3.0, 0.3][(i / 32) % 4];
-                if self.next() > 0.98 {
+                if self.uniform() > 0.98 {
                     v * 20.0
                 } else {
                     v * scale
@@ -55,8 +47,8 @@ fn paths() -> Vec<KernelPath> {
 
 /// A random weight matrix quantized by candle (ggml's reference quantizer) to `dtype`.
 fn random_qtensor(dtype: GgmlDType, rows: usize, cols: usize, seed: u64) -> QTensor {
-    let mut rng = Rng::new(seed);
-    let w: Vec<f32> = (0..rows * cols).map(|_| rng.next() * 0.2).collect();
+    let mut rng = TestRng::new(seed);
+    let w: Vec<f32> = (0..rows * cols).map(|_| rng.uniform() * 0.2).collect();
     let t = Tensor::from_vec(w, (rows, cols), &Device::Cpu).unwrap();
     QTensor::quantize(&t, dtype).unwrap()
 }
@@ -76,8 +68,12 @@ fn random_matrix(dtype: QDtype, rows: usize, cols: usize, seed: u64) -> QMatrix 
             seed,
         )),
         QDtype::F32 | QDtype::F16 | QDtype::BF16 => {
-            let mut rng = Rng::new(seed);
-            QMatrix::from_f32(rows, cols, (0..rows * cols).map(|_| rng.next()).collect())
+            let mut rng = TestRng::new(seed);
+            QMatrix::from_f32(
+                rows,
+                cols,
+                (0..rows * cols).map(|_| rng.uniform()).collect(),
+            )
         }
     }
     .unwrap()
@@ -160,7 +156,7 @@ fn check_against_reference(dtype: QDtype, rows: usize, cols: usize, t: usize) {
         _ => unreachable!(),
     };
     let mins = (dtype == QDtype::Q4_1).then(|| q4_1_mins(&w));
-    let x = Rng::new(11).activations(t * cols);
+    let x = TestRng::new(11).activations(t * cols);
     let refs = reference(&wf, &x, t, rows, cols);
     for path in paths() {
         let out = run(path, &w, &x, t);
@@ -235,7 +231,7 @@ fn synthetic_products_agree_closely_with_candle_qmatmul() {
         let (rows, cols, t) = (72, 512, 5);
         let qt = random_qtensor(dtype, rows, cols, 3);
         let w = QMatrix::from_qtensor(&qt).unwrap();
-        let x = Rng::new(5).activations(t * cols);
+        let x = TestRng::new(5).activations(t * cols);
         let wf = candle_dequantized(&qt);
         let refs = reference(&wf, &x, t, rows, cols);
         let theirs = candle_product(qt, &x, t, cols);
@@ -256,23 +252,6 @@ fn candle_dequantized(qt: &QTensor) -> Vec<f32> {
         .unwrap()
 }
 
-/// The real model (`STOKER_MODEL` or the default file); a missing file fails the test
-/// with the fix rather than skipping it.
-fn model_path() -> PathBuf {
-    let p = std::env::var_os("STOKER_MODEL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../models/SmolLM2-135M-Instruct.Q4_1.gguf")
-        });
-    assert!(
-        p.exists(),
-        "model not found at {}: run scripts/fetch-model.sh (or set STOKER_MODEL)",
-        p.display()
-    );
-    p
-}
-
 #[test]
 fn real_model_tensors_agree_closely_with_candle_qmatmul() {
     let path = model_path();
@@ -290,7 +269,7 @@ fn real_model_tensors_agree_closely_with_candle_qmatmul() {
         let qt = content.tensor(&mut file, name, &Device::Cpu).unwrap();
         let w = QMatrix::from_qtensor(&qt).unwrap();
         let (rows, cols) = (w.rows(), w.cols());
-        let x = Rng::new(17).activations(t * cols);
+        let x = TestRng::new(17).activations(t * cols);
         let wf = candle_dequantized(&qt);
         let refs = reference(&wf, &x, t, rows, cols);
         // Dequantization and the block layout round-trip exactly.
@@ -326,7 +305,7 @@ fn fused_rows_compute_the_same_bits_as_their_parts() {
     let qkv = QMatrix::concat_rows(&[&q, &k, &v]).unwrap();
     assert_eq!((qkv.rows(), qkv.cols()), (125, 256));
     let t = 6;
-    let x = Rng::new(9).activations(t * 256);
+    let x = TestRng::new(9).activations(t * 256);
     for path in paths() {
         let fused = run(path, &qkv, &x, t);
         let parts = [
@@ -363,7 +342,7 @@ fn every_row_is_bitwise_independent_of_its_batch_threads_and_split() {
             let w = random_matrix(dtype, rows, cols, rows as u64);
             for path in paths() {
                 for t in [1usize, 3, 16, 37, 300] {
-                    let x = Rng::new(t as u64 * 31 + rows as u64).activations(t * cols);
+                    let x = TestRng::new(t as u64 * 31 + rows as u64).activations(t * cols);
                     let mut by_pool = Vec::new();
                     for threads in [1, 2] {
                         let pool = pool(threads);
@@ -397,7 +376,7 @@ fn rows_of_a_large_head_matrix_are_bitwise_independent_of_their_batch() {
     assert!(w.byte_size() > 4 << 20);
     for path in paths() {
         for t in [1usize, 3, 65, 130] {
-            let x = Rng::new(t as u64).activations(t * cols);
+            let x = TestRng::new(t as u64).activations(t * cols);
             let mut by_pool = Vec::new();
             for threads in [1, 2] {
                 let pool = pool(threads);
@@ -431,7 +410,7 @@ fn avx2_and_scalar_paths_agree_to_float_rounding() {
             stoker_executor::kernels::QData::F32(v) => v.to_vec(),
             _ => unreachable!(),
         };
-        let x = Rng::new(6).activations(t * cols);
+        let x = TestRng::new(6).activations(t * cols);
         let refs = reference(&wf, &x, t, rows, cols);
         let a = run(KernelPath::Scalar, &w, &x, t);
         let b = run(KernelPath::Avx2, &w, &x, t);
@@ -448,7 +427,7 @@ fn nan_and_infinite_activations_propagate_to_their_row_only() {
         let (rows, cols, t) = (20, 64, 4);
         let w = random_matrix(dtype, rows, cols, 8);
         for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
-            let mut x = Rng::new(1).activations(t * cols);
+            let mut x = TestRng::new(1).activations(t * cols);
             x[cols + 5] = bad;
             for path in paths() {
                 let out = run(path, &w, &x, t);
@@ -567,7 +546,7 @@ fn hostile_shapes_and_lengths_are_typed_errors() {
 fn garbage_weight_bytes_never_panic() {
     // Arbitrary bytes are valid blocks (NaN/inf scales included): products may be
     // non-finite but must not panic or read out of bounds.
-    let mut rng = Rng::new(99);
+    let mut rng = TestRng::new(99);
     for dtype in [
         QDtype::Q4_1,
         QDtype::Q8_0,
@@ -584,7 +563,7 @@ fn garbage_weight_bytes_never_panic() {
             QDtype::Blocks(_) => unreachable!("see block_formats"),
         };
         let bytes: Vec<u8> = (0..rows * per)
-            .map(|_| (rng.next() * 128.0 + 128.0) as u8)
+            .map(|_| (rng.uniform() * 128.0 + 128.0) as u8)
             .collect();
         let w = QMatrix::from_ggml_bytes(dtype, &bytes, rows, cols).unwrap();
         let x = rng.activations(2 * cols);
@@ -602,10 +581,10 @@ fn half_weights_give_the_bits_of_their_f32_widening() {
     // F16 and BF16 weights stay 2 bytes and are widened as the kernel loads them;
     // widening is exact, so every output must equal the product with the weights
     // widened to f32 up front, on every path and batch size (tails included).
-    let mut rng = Rng::new(7);
+    let mut rng = TestRng::new(7);
     for dtype in [QDtype::F16, QDtype::BF16] {
         let (rows, cols) = (19, 100);
-        let values: Vec<f32> = (0..rows * cols).map(|_| rng.next() * 3.0).collect();
+        let values: Vec<f32> = (0..rows * cols).map(|_| rng.uniform() * 3.0).collect();
         let bytes = stoker_executor::quantize::quantize_row(dtype, &values).unwrap();
         let half = QMatrix::from_ggml_bytes(dtype, &bytes, rows, cols).unwrap();
         assert_eq!(half.dtype(), dtype);

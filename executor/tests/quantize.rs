@@ -21,29 +21,7 @@ use stoker_executor::kernels::{QDtype, QMatrix};
 use stoker_executor::quantize::{
     QuantizeError, SUPPORTED_TYPES, parse_type, quantize_row, quantized_len,
 };
-
-/// Deterministic xorshift generator for test data.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
-    }
-    fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    /// Uniform in [-1, 1).
-    fn uniform(&mut self) -> f32 {
-        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-    /// Roughly normal (sum of 4 uniforms), unit-ish spread.
-    fn normal(&mut self) -> f32 {
-        (0..4).map(|_| self.uniform()).sum::<f32>() * 0.87
-    }
-}
+use stoker_test_support::TestRng;
 
 fn unhex(s: &str) -> Vec<u8> {
     hex::decode(s).expect("fixture hex")
@@ -124,7 +102,7 @@ fn matches_llama_cpps_compiled_quantizers_bit_for_bit() {
 /// Test rows of `n` values: normal values at several scales, outliers, per-block scale
 /// changes, zeros, tiny values, all-equal values.
 fn test_rows(n: usize) -> Vec<(&'static str, Vec<f32>)> {
-    let mut rng = Rng::new(7);
+    let mut rng = TestRng::new(7);
     let mut rows = vec![];
     for (name, scale) in [("normal", 1.0f32), ("small", 0.01), ("large", 500.0)] {
         rows.push((name, (0..n).map(|_| rng.normal() * scale).collect()));
@@ -254,7 +232,7 @@ fn rms_error_is_well_under_the_worst_case_for_normal_rows() {
     // Limits are about 1.5× the error of a uniform quantizer with as many levels over
     // ±3σ (step 6σ/levels, RMS step/√12), looser for Q2_K.
     let n = 4096;
-    let mut rng = Rng::new(99);
+    let mut rng = TestRng::new(99);
     let x: Vec<f32> = (0..n).map(|_| rng.normal()).collect();
     let rms = (x.iter().map(|v| v * v).sum::<f32>() / n as f32).sqrt();
     for (ty_name, limit) in [
@@ -394,7 +372,7 @@ fn non_finite_input_gives_ggmls_bytes_and_never_panics() {
 fn rows_quantize_blockwise() {
     // ggml quantizes a tensor as one long row: blocks are independent, so splitting a
     // row at block boundaries changes nothing.
-    let mut rng = Rng::new(3);
+    let mut rng = TestRng::new(3);
     let x: Vec<f32> = (0..1024).map(|_| rng.normal()).collect();
     for &ty_name in SUPPORTED_TYPES {
         let ty = parse_type(ty_name).unwrap();

@@ -36,17 +36,10 @@ use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 use stoker_executor::kernels::{QDtype, QMatrix};
 use stoker_executor::quantize::{parse_type, quantize_row, quantized_len};
+use stoker_test_support::model_path;
 
 fn manifest_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/parity/manifest.json")
-}
-
-fn model_path() -> PathBuf {
-    std::env::var_os("STOKER_MODEL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf")
-        })
 }
 
 /// A tensor of the source file: its type, its data bytes and `ne[0]` (values per row).

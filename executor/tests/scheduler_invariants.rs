@@ -10,31 +10,14 @@ use stoker_executor::kv::blocks_for;
 use stoker_executor::scheduler::{
     ConfigError, PerLane, Scheduler, SchedulerConfig, SchedulerError, SeqSpec, SeqStatus, StepPlan,
 };
+use stoker_test_support::TestRng;
 
-/// splitmix64: a tiny seeded generator, so the tests need no dependency.
-struct Rng(u64);
+/// Prompts from the shared seeded generator.
+trait Tokens {
+    fn tokens(&mut self, n: usize) -> Vec<u32>;
+}
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn range(&mut self, lo: usize, hi: usize) -> usize {
-        lo + self.below(hi - lo + 1)
-    }
-
-    fn chance(&mut self, p: f64) -> bool {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p
-    }
-
+impl Tokens for TestRng {
     fn tokens(&mut self, n: usize) -> Vec<u32> {
         (0..n).map(|_| self.below(50_000) as u32).collect()
     }

@@ -15,7 +15,7 @@ mod llama_cpp_vocab;
 mod llama_server_templates;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::OnceLock;
 
 use candle_core::quantized::gguf_file::Value;
@@ -23,21 +23,7 @@ use stoker_executor::tokenizer::{
     EncodeOptions, ModelTokenizer, TokenizerError, TokenizerFamily, read_gguf_metadata,
     supported_pre_tokenizers,
 };
-
-/// The model file: `$STOKER_MODEL`, else the repository's `models/` copy.
-pub fn model_path() -> PathBuf {
-    let path = std::env::var_os("STOKER_MODEL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf")
-        });
-    assert!(
-        path.exists(),
-        "model file {} not found: run scripts/fetch-model.sh (or set STOKER_MODEL)",
-        path.display()
-    );
-    path
-}
+use stoker_test_support::model_path;
 
 /// The model's GGUF metadata, read once.
 pub fn metadata() -> &'static HashMap<String, Value> {

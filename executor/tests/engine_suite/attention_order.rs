@@ -15,6 +15,7 @@ use stoker_executor::ids::{BLOCK_SIZE, BlockId};
 use stoker_executor::model::attention::{RowKv, attend_one};
 use stoker_executor::model::row_order::RowOrder;
 use stoker_executor::model::{KvStorage, ModelConfig};
+use stoker_test_support::TestRng;
 
 const HEADS: usize = 9;
 const KV_HEADS: usize = 3;
@@ -24,26 +25,15 @@ fn config() -> ModelConfig {
     ModelConfig::llama(1, HEADS, KV_HEADS, DIM, 1536, 4096)
 }
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> f32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        let u = (self.0 >> 40) as f32 / (1u64 << 24) as f32;
-        let x = (u - 0.5) * 6.0;
-        // One value in 64 is an outlier, as in SmolLM2's activations.
-        if self.0.is_multiple_of(64) {
-            x * 20.0
-        } else {
-            x
-        }
-    }
-
-    fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.next()).collect()
-    }
+/// Activation-like values in [-3, 3) from the shared seeded generator, with one in 64
+/// an outlier twenty times larger, as in SmolLM2's activations.
+fn values(rng: &mut TestRng, n: usize) -> Vec<f32> {
+    (0..n)
+        .map(|_| {
+            let x = rng.uniform() * 3.0;
+            if rng.below(64) == 0 { x * 20.0 } else { x }
+        })
+        .collect()
 }
 
 /// What the reference computes for `rows` query rows (`[row][head][dim]`)
@@ -143,14 +133,14 @@ fn first_difference(a: &[f32], b: &[f32]) -> Option<(usize, f32, f32)> {
 
 #[test]
 fn a_whole_prompt_matches_candle_bit_for_bit() {
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = TestRng::new(1);
     let mut failures = Vec::new();
     for p in [
         1, 2, 3, 4, 5, 8, 15, 16, 17, 31, 32, 33, 40, 47, 63, 64, 65, 100, 129, 200, 300, 512,
     ] {
-        let q = rng.vec(p * HEADS * DIM);
-        let k = rng.vec(p * KV_HEADS * DIM);
-        let v = rng.vec(p * KV_HEADS * DIM);
+        let q = values(&mut rng, p * HEADS * DIM);
+        let k = values(&mut rng, p * KV_HEADS * DIM);
+        let v = values(&mut rng, p * KV_HEADS * DIM);
         let theirs = candle_attention(&q, &k, &v, p, p);
         let mine = ours(&q, &k, &v, 0, p, p);
         if let Some((i, a, b)) = first_difference(&mine, &theirs) {
@@ -163,14 +153,14 @@ fn a_whole_prompt_matches_candle_bit_for_bit() {
 
 #[test]
 fn a_generated_token_matches_candle_bit_for_bit() {
-    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut rng = TestRng::new(2);
     let mut failures = Vec::new();
     for len in [
         2, 3, 5, 16, 17, 31, 32, 33, 63, 64, 65, 96, 100, 255, 256, 257, 300, 513, 700,
     ] {
-        let q = rng.vec(HEADS * DIM);
-        let k = rng.vec(len * KV_HEADS * DIM);
-        let v = rng.vec(len * KV_HEADS * DIM);
+        let q = values(&mut rng, HEADS * DIM);
+        let k = values(&mut rng, len * KV_HEADS * DIM);
+        let v = values(&mut rng, len * KV_HEADS * DIM);
         let theirs = candle_attention(&q, &k, &v, 1, len);
         // Any prompt shorter than `len` makes the last position a generated one.
         let mine = ours(&q, &k, &v, len - 1, len, len / 2);

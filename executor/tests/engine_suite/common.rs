@@ -6,8 +6,6 @@
 // Each test binary uses a different subset of the helpers.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
-
 use candle_core::{Device, Tensor};
 use candle_transformers::models::quantized_llama::ModelWeights;
 use stoker_executor::chat_template::ChatMessage;
@@ -18,20 +16,7 @@ use stoker_executor::{
     ValidRequest,
 };
 
-/// The default model: `$STOKER_MODEL`, else `models/` at the workspace root.
-pub fn model_path() -> PathBuf {
-    if let Ok(p) = std::env::var("STOKER_MODEL") {
-        return PathBuf::from(p);
-    }
-    let p =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(
-        p.exists(),
-        "model missing at {}: run scripts/fetch-model.sh",
-        p.display()
-    );
-    p
-}
+pub use stoker_test_support::model_path;
 
 pub fn load_model() -> Model {
     Model::load(&model_path(), LoadOptions::default()).expect("load model")

@@ -42,10 +42,11 @@ fn an_unsupported_architecture_is_reported_with_the_reason() {
 
 #[test]
 fn a_file_that_is_not_gguf_is_a_typed_error() {
-    let p = std::env::temp_dir().join(format!("stoker-inspect-{}.txt", std::process::id()));
+    let dir = stoker_test_support::temp_dir("inspect");
+    let p = dir.path().join("not-a-model.txt");
     std::fs::write(&p, b"not a model at all").unwrap();
     let e = inspect(&p).unwrap_err();
-    let _ = std::fs::remove_file(&p);
+    std::fs::remove_file(&p).unwrap();
     assert!(matches!(e, stoker_executor::ModelError::NotGguf(_)), "{e}");
     assert!(inspect(&p).is_err());
 }

@@ -4,11 +4,10 @@ use std::io::Write;
 
 use crate::common::model_path;
 use stoker_executor::{LoadOptions, Model, ModelError};
+use stoker_test_support::{TempDir, temp_dir};
 
-fn tmp_file(name: &str, bytes: &[u8]) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("stoker-model-errors-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
+fn tmp_file(dir: &TempDir, name: &str, bytes: &[u8]) -> std::path::PathBuf {
+    let p = dir.path().join(name);
     std::fs::File::create(&p).unwrap().write_all(bytes).unwrap();
     p
 }
@@ -21,21 +20,23 @@ fn a_missing_file_is_not_found() {
 
 #[test]
 fn a_file_that_is_not_gguf_is_refused() {
+    let dir = temp_dir("model-errors");
     for (name, bytes) in [
         ("text.gguf", &b"hello, this is not a model"[..]),
         ("empty.gguf", &b""[..]),
         ("tiny.gguf", &b"GG"[..]),
     ] {
-        let err = Model::load(&tmp_file(name, bytes), LoadOptions::default()).unwrap_err();
+        let err = Model::load(&tmp_file(&dir, name, bytes), LoadOptions::default()).unwrap_err();
         assert!(matches!(err, ModelError::NotGguf(_)), "{name}: {err}");
     }
 }
 
 #[test]
 fn a_truncated_file_is_reported_as_truncated() {
+    let dir = temp_dir("model-errors");
     let full = std::fs::read(model_path()).unwrap();
     for cut in [64usize, 4096, full.len() / 2, full.len() - 1] {
-        let p = tmp_file(&format!("cut-{cut}.gguf"), &full[..cut]);
+        let p = tmp_file(&dir, &format!("cut-{cut}.gguf"), &full[..cut]);
         let err = Model::load(&p, LoadOptions::default()).unwrap_err();
         assert!(
             matches!(err, ModelError::Truncated(_)),
@@ -47,6 +48,7 @@ fn a_truncated_file_is_reported_as_truncated() {
 #[test]
 fn an_unsupported_architecture_is_refused() {
     // Rewrite general.architecture's value in place: same length keeps the file valid.
+    let dir = temp_dir("model-errors");
     let mut bytes = std::fs::read(model_path()).unwrap();
     let key = b"general.architecture";
     let at = bytes.windows(key.len()).position(|w| w == key).unwrap();
@@ -54,7 +56,11 @@ fn an_unsupported_architecture_is_refused() {
     let value_at = at + key.len() + 4 + 8;
     assert_eq!(&bytes[value_at..value_at + 5], b"llama");
     bytes[value_at..value_at + 5].copy_from_slice(b"mamba");
-    let err = Model::load(&tmp_file("mamba.gguf", &bytes), LoadOptions::default()).unwrap_err();
+    let err = Model::load(
+        &tmp_file(&dir, "mamba.gguf", &bytes),
+        LoadOptions::default(),
+    )
+    .unwrap_err();
     assert!(
         matches!(err, ModelError::UnsupportedArchitecture(ref a) if a == "mamba"),
         "{err}"

@@ -7,7 +7,7 @@ use candle_core::quantized::GgmlDType;
 use serde_json::Value;
 use stoker_executor::kernels::{BlockType, QData, QDtype, QMatrix};
 
-use super::{Rng, bits_eq, paths, pool, random_qtensor, reference, run};
+use super::{Activations, TestRng, bits_eq, paths, pool, random_qtensor, reference, run};
 
 /// Every format added beside Q4_1, Q8_0 and the float types, with candle's quantizer.
 pub const BLOCK_TYPES: [(BlockType, GgmlDType); 8] = [
@@ -104,7 +104,7 @@ fn products_stay_within_the_activation_quantization_bound() {
         let w = QMatrix::from_qtensor(&random_qtensor(gt, rows, cols, 3)).unwrap();
         assert_eq!(w.dtype(), QDtype::Blocks(bt));
         let wf = dense(&w);
-        let x = Rng::new(9).activations(t * cols);
+        let x = TestRng::new(9).activations(t * cols);
         let refs = reference(&wf, &x, t, rows, cols);
         let bv = bt.block_values();
         for path in paths() {
@@ -154,7 +154,7 @@ fn paths_agree_bitwise_and_rows_are_independent_of_their_batch() {
     for (bt, gt) in BLOCK_TYPES {
         let w = QMatrix::from_qtensor(&random_qtensor(gt, rows, cols, 11)).unwrap();
         for t in [1usize, 3, 37] {
-            let x = Rng::new(t as u64).activations(t * cols);
+            let x = TestRng::new(t as u64).activations(t * cols);
             let mut all = Vec::new();
             for path in paths() {
                 for threads in [1, 2] {
@@ -237,7 +237,7 @@ fn q4_0_and_q5_0_give_the_bits_of_their_values_as_q8_0() {
         let q8 = legacy_as_q8_0(*bt, &w.to_ggml_bytes());
         let w8 = QMatrix::from_ggml_bytes(QDtype::Q8_0, &q8, rows, cols).unwrap();
         for t in [1usize, 4, 7, 70] {
-            let x = Rng::new(40 + t as u64).activations(t * cols);
+            let x = TestRng::new(40 + t as u64).activations(t * cols);
             for path in paths() {
                 assert!(
                     bits_eq(&run(path, &w, &x, t), &run(path, &w8, &x, t)),
@@ -253,7 +253,7 @@ fn non_finite_activations_propagate_to_their_row_only() {
     let (rows, cols, t) = (9, 256, 3);
     for (bt, gt) in BLOCK_TYPES {
         let w = QMatrix::from_qtensor(&random_qtensor(gt, rows, cols, 2)).unwrap();
-        let mut x = Rng::new(4).activations(t * cols);
+        let mut x = TestRng::new(4).activations(t * cols);
         x[cols + 7] = f32::INFINITY;
         for path in paths() {
             let out = run(path, &w, &x, t);
@@ -273,12 +273,12 @@ fn non_finite_activations_propagate_to_their_row_only() {
 
 #[test]
 fn garbage_blocks_and_bad_shapes_are_handled() {
-    let mut rng = Rng::new(5);
+    let mut rng = TestRng::new(5);
     for (bt, _) in BLOCK_TYPES {
         let cols = if bt.block_values() == 256 { 512 } else { 96 };
         let rows = 11;
         let bytes: Vec<u8> = (0..rows * cols / bt.block_values() * bt.block_bytes())
-            .map(|_| (rng.next() * 128.0 + 128.0) as u8)
+            .map(|_| (rng.uniform() * 128.0 + 128.0) as u8)
             .collect();
         let w = QMatrix::from_ggml_bytes(QDtype::Blocks(bt), &bytes, rows, cols).unwrap();
         assert_eq!(w.to_ggml_bytes(), bytes);

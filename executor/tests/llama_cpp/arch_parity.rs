@@ -176,8 +176,7 @@ fn every_architecture_and_type_agrees_with_llama_cpp_teacher_forced() {
         Ok("f32") => stoker_executor::model::WeightMode::DequantizedF32,
         _ => stoker_executor::model::WeightMode::Native,
     };
-    let tmp = std::env::temp_dir().join(format!("stoker-arch-parity-{}", std::process::id()));
-    std::fs::create_dir_all(&tmp).unwrap();
+    let tmp = stoker_test_support::temp_dir("arch-parity");
     let mut failures = Vec::new();
     let mut rows = vec![format!(
         "{:<7} {:<7} {:>10} {:>9} {:>8} {:>8} {:>9} {:>11}  top-1 (near-tie: llama.cpp's gap)",
@@ -215,7 +214,7 @@ fn every_architecture_and_type_agrees_with_llama_cpp_teacher_forced() {
                 Value::Bool(false),
                 "{what}: the fixture was not made with ORACLE_EXTRA_BUFTS=0; {HOW_TO_MAKE}"
             );
-            let path = tmp.join(format!("{arch}.{ty}.gguf"));
+            let path = tmp.path().join(format!("{arch}.{ty}.gguf"));
             rebuild(&what, file, &sources, &content, &path);
             let opts = LoadOptions {
                 weights,
@@ -259,7 +258,7 @@ fn every_architecture_and_type_agrees_with_llama_cpp_teacher_forced() {
             }
         }
     }
-    let _ = std::fs::remove_dir_all(&tmp);
+    drop(tmp);
     if let Some(o) = &only {
         rows.push(format!(
             "(limited to {o:?} by STOKER_ARCH_PARITY; CI runs every architecture)"

@@ -201,9 +201,9 @@ fn every_type_agrees_with_llama_cpp_teacher_forced() {
     // `STOKER_PARITY_KEEP=DIR` keeps the rebuilt files there (llama-quantize's files,
     // byte for byte: what `scripts/bench-llama-cpp.sh` measures).
     let keep = std::env::var_os("STOKER_PARITY_KEEP").map(PathBuf::from);
-    let dir = keep.clone().unwrap_or_else(|| {
-        std::env::temp_dir().join(format!("stoker-parity-{}", std::process::id()))
-    });
+    // Otherwise they go to a temp dir, removed when this test ends, even on failure.
+    let scratch = stoker_test_support::temp_dir("parity");
+    let dir = keep.clone().unwrap_or_else(|| scratch.path().to_path_buf());
     std::fs::create_dir_all(&dir).unwrap();
     let mut failures = Vec::new();
     let mut rows = Vec::new();
@@ -320,9 +320,7 @@ fn every_type_agrees_with_llama_cpp_teacher_forced() {
             }
         }
     }
-    if keep.is_none() {
-        let _ = std::fs::remove_dir_all(&dir);
-    }
+    drop(scratch);
     eprintln!(
         "baseline KL(F16 || Q4_K_M), llama.cpp's own files: {baseline:.6}\n{}",
         rows.join("\n")

@@ -17,7 +17,7 @@ struct Coverage {
 }
 
 struct Workload {
-    rng: Rng,
+    rng: TestRng,
     s: Scheduler,
     live: Vec<SeqId>,
     next_id: u64,
@@ -27,7 +27,7 @@ struct Workload {
 
 impl Workload {
     fn new(seed: u64) -> Self {
-        let mut rng = Rng(seed);
+        let mut rng = TestRng::new(seed);
         let max_num_seqs = rng.range(4, 16);
         let cfg = SchedulerConfig {
             num_blocks: rng.range(48, 160),

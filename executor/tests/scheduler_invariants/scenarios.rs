@@ -15,7 +15,7 @@ fn cancelling_a_hundred_in_flight_sequences_returns_the_pool_to_idle() {
         ..config()
     };
     let mut s = Scheduler::new(cfg).unwrap();
-    let mut rng = Rng(100);
+    let mut rng = TestRng::new(100);
     let shared = rng.tokens(64);
     for id in 0..100u64 {
         let lane = if id % 2 == 0 {
@@ -173,7 +173,7 @@ fn a_preempted_sequence_resumes_with_its_tokens_and_hits_the_prefix_cache() {
 #[test]
 fn two_sequences_sharing_a_512_token_prefix_share_its_blocks() {
     let mut s = Scheduler::new(config()).unwrap();
-    let mut rng = Rng(7);
+    let mut rng = TestRng::new(7);
     let shared = rng.tokens(512);
     let a = [shared.clone(), rng.tokens(30)].concat();
     let b = [shared.clone(), rng.tokens(20)].concat();

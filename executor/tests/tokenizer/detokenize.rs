@@ -3,26 +3,10 @@
 
 use stoker_executor::detokenize::IncrementalDetokenizer;
 use stoker_executor::tokenizer::{ModelTokenizer, TokenizerError};
+use stoker_test_support::TestRng;
 
 use super::llama_cpp_vocab::llama_spm;
 use super::{byte_level_char, single_byte_token, tokenizer};
-
-/// SplitMix64: a tiny seeded generator, so failures replay exactly.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// Streams `ids` and returns the deltas (flush included) and the largest number of
 /// pending tokens seen.
@@ -45,7 +29,7 @@ fn stream(tok: &ModelTokenizer, ids: &[u32], skip_special: bool) -> (Vec<String>
 #[test]
 fn streamed_deltas_concatenate_to_the_full_decode_for_random_sequences() {
     let tok = tokenizer();
-    let vocab = tok.vocab_size() as u64;
+    let vocab = tok.vocab_size();
     // Bytes that are never a whole character: continuation bytes and lead bytes.
     // (The vocabulary lacks bytes that never occur in UTF-8, such as 0xC0.)
     let partial: Vec<u32> = (0x80..=0xFFu8)
@@ -57,14 +41,14 @@ fn streamed_deltas_concatenate_to_the_full_decode_for_random_sequences() {
         partial.len()
     );
     let emoji = tok.encode("😀👍🏽 你好 Привет").unwrap();
-    let mut rng = SplitMix(0x5EED_0F70_C0DE);
+    let mut rng = TestRng::new(0x5EED_0F70_C0DE);
     for case in 0..300 {
-        let len = rng.below(40) as usize;
+        let len = rng.below(40);
         let ids: Vec<u32> = (0..len)
             .map(|_| match rng.below(10) {
-                0..=3 => partial[rng.below(partial.len() as u64) as usize],
+                0..=3 => partial[rng.below(partial.len())],
                 4 => rng.below(17) as u32, // special tokens
-                5 => emoji[rng.below(emoji.len() as u64) as usize],
+                5 => emoji[rng.below(emoji.len())],
                 _ => rng.below(vocab) as u32,
             })
             .collect();
@@ -178,16 +162,16 @@ fn sentencepiece_byte_fallback_is_held_back_until_the_character_completes() {
 #[test]
 fn sentencepiece_random_sequences_concatenate_to_the_full_decode() {
     let tok = llama_spm();
-    let vocab = tok.vocab_size() as u64;
+    let vocab = tok.vocab_size();
     let emoji = tok.encode("😀👍🏽 你好 Привет").unwrap();
-    let mut rng = SplitMix(0x5EED_5EED_0F5B);
+    let mut rng = TestRng::new(0x5EED_5EED_0F5B);
     for case in 0..300 {
-        let len = rng.below(40) as usize;
+        let len = rng.below(40);
         let ids: Vec<u32> = (0..len)
             .map(|_| match rng.below(10) {
                 0..=3 => spm_byte(tok, 0x80 + rng.below(0x80) as u8),
                 4 => rng.below(3) as u32, // <unk> <s> </s>
-                5 => emoji[rng.below(emoji.len() as u64) as usize],
+                5 => emoji[rng.below(emoji.len())],
                 _ => rng.below(vocab) as u32,
             })
             .collect();
