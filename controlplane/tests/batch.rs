@@ -22,6 +22,7 @@ use stoker_controlplane::batch::{
 };
 use stoker_controlplane::service::ControlPlane;
 use stoker_schemas::events::BatchOutcome;
+use stoker_test_support::{TempDir, temp_dir};
 use support::{Fixture, Kind};
 use tokio::sync::Semaphore;
 
@@ -101,14 +102,15 @@ fn settings(shard_rows: u64) -> BatchSettings {
 
 struct Env {
     fx: Fixture,
-    dir: std::path::PathBuf,
+    /// The object storage's folder, removed on drop.
+    dir: TempDir,
     batches: Batches,
 }
 
 async fn env(kind: Kind, s: BatchSettings) -> Env {
     let fx = Fixture::new(kind).await;
-    let dir = std::env::temp_dir().join(format!("stoker_batch_{}", uuid::Uuid::new_v4().simple()));
-    let batches = open(&fx.store, &dir, s, "proc-1").await;
+    let dir = temp_dir("batch");
+    let batches = open(&fx.store, dir.path(), s, "proc-1").await;
     Env { fx, dir, batches }
 }
 
@@ -120,12 +122,6 @@ async fn open(
 ) -> Batches {
     let cp = ControlPlane::open(store.clone()).await.unwrap();
     Batches::new(cp, Storage::local(dir).unwrap(), s, owner.into())
-}
-
-impl Drop for Env {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
 
 async fn submit(b: &Batches, rows: usize) -> String {
@@ -312,9 +308,9 @@ async fn fencing_postgres() {
 /// batch ends with every row exactly once.
 async fn kill_and_resume(kind: Kind) {
     let fx = Fixture::new(kind).await;
-    let dir = std::env::temp_dir().join(format!("stoker_batch_{}", uuid::Uuid::new_v4().simple()));
+    let dir = temp_dir("batch");
     let url = fx.url.clone();
-    let dir1 = dir.clone();
+    let dir1 = dir.path().to_path_buf();
     let (id, done_before) = std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -346,7 +342,7 @@ async fn kill_and_resume(kind: Kind) {
     .join()
     .unwrap();
     assert!(done_before < 300);
-    let b = open(&fx.store, &dir, settings(50), "successor").await;
+    let b = open(&fx.store, dir.path(), settings(50), "successor").await;
     let mut exec = Fake::new("second", 2);
     Arc::get_mut(&mut exec).unwrap().fail_every = 7;
     b.spawn_worker(exec, true);
@@ -368,7 +364,6 @@ async fn kill_and_resume(kind: Kind) {
         shards.iter().any(|s| s.epoch >= 2),
         "some shard was resumed by a new epoch"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -536,7 +531,7 @@ async fn refused_uploads_leave_nothing_and_tenants_are_apart() {
         );
     }
     assert!(b.files("acme", 100).await.unwrap().is_empty());
-    let objects = walk(&e.dir);
+    let objects = walk(e.dir.path());
     assert!(objects.is_empty(), "no object left behind: {objects:?}");
     let f = b
         .upload("acme", "ok.jsonl", "batch", input(3))
@@ -595,7 +590,7 @@ async fn an_expired_batch_ends_with_every_row_named() {
     cp.batch_command(id, BatchCommand::Create(created), &meta("alice", None))
         .await
         .unwrap();
-    let worker_batches = open(&e.fx.store, &e.dir, settings(10), "proc-2").await;
+    let worker_batches = open(&e.fx.store, e.dir.path(), settings(10), "proc-2").await;
     worker_batches.spawn_worker(Fake::new("x", 1), true);
     wait_status(&worker_batches, id, "expired", Duration::from_secs(30)).await;
     let all = results(&worker_batches, id).await;
@@ -634,7 +629,7 @@ async fn drain_commits_releases_and_the_next_process_resumes() {
     assert!((20..200).contains(&committed), "{committed} committed");
     // Rows in flight at the drain finished and were committed, not dropped.
     assert_eq!(committed, started, "every started row was committed");
-    let next = open(&e.fx.store, &e.dir, settings(20), "proc-2").await;
+    let next = open(&e.fx.store, e.dir.path(), settings(20), "proc-2").await;
     next.spawn_worker(Fake::new("second", 1), true);
     wait_status(&next, &id, "completed", Duration::from_secs(30)).await;
     let all = results(&next, &id).await;

@@ -11,6 +11,7 @@ use stoker_controlplane::requestlog::{
     stored_key,
 };
 use stoker_controlplane::store::Db;
+use stoker_test_support::TestRng;
 use support::{Fixture, Kind};
 
 fn base() -> DateTime<Utc> {
@@ -139,14 +140,9 @@ fn noise(n: usize, seed: u64) -> String {
     let alphabet: Vec<char> = "abcXYZ019'\"\\;%_?$é☃𝄞\u{202E}\u{0301} \t\n"
         .chars()
         .collect();
-    let mut x = seed | 1;
+    let mut rng = TestRng::new(seed);
     (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            alphabet[(x % alphabet.len() as u64) as usize]
-        })
+        .map(|_| alphabet[rng.below(alphabet.len())])
         .collect()
 }
 

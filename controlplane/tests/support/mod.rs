@@ -1,9 +1,8 @@
 //! Fixtures for the event-store suite: a fresh SQLite file or a fresh Postgres
 //! database per test, removed again when the fixture drops (even on panic).
 
-use std::path::PathBuf;
-
 use stoker_controlplane::store::EventStore;
+use stoker_test_support::{TempDir, temp_dir};
 
 /// The server the Postgres cases run against; its `postgres` database is used
 /// only to create and drop the per-test databases.
@@ -25,8 +24,15 @@ pub struct Fixture {
 }
 
 enum Cleanup {
-    Sqlite(PathBuf),
-    Postgres { admin_url: String, db: String },
+    /// The database file (and its `-wal`, `-shm`) lives in a temp dir; dropping it
+    /// after the store removes them.
+    Sqlite {
+        _dir: TempDir,
+    },
+    Postgres {
+        admin_url: String,
+        db: String,
+    },
 }
 
 impl Fixture {
@@ -34,10 +40,11 @@ impl Fixture {
         let tag = uuid::Uuid::new_v4().simple().to_string();
         let (url, cleanup) = match kind {
             Kind::Sqlite => {
-                let path = std::env::temp_dir().join(format!("stoker_test_{tag}.db"));
+                let dir = temp_dir("event-store");
+                let path = dir.path().join(format!("stoker_test_{tag}.db"));
                 (
                     format!("sqlite://{}", path.display()),
-                    Cleanup::Sqlite(path),
+                    Cleanup::Sqlite { _dir: dir },
                 )
             }
             Kind::Postgres => {
@@ -77,13 +84,7 @@ impl Fixture {
 impl Drop for Fixture {
     fn drop(&mut self) {
         match &self.cleanup {
-            Cleanup::Sqlite(path) => {
-                for suffix in ["", "-wal", "-shm"] {
-                    let mut p = path.clone().into_os_string();
-                    p.push(suffix);
-                    let _ = std::fs::remove_file(p);
-                }
-            }
+            Cleanup::Sqlite { .. } => {}
             Cleanup::Postgres { admin_url, db } => {
                 let (admin_url, db) = (admin_url.clone(), db.clone());
                 // Drop runs inside the test's runtime; use a private one to clean up.
