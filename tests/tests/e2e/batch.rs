@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::multipart::{Form, Part};
 use serde_json::{Value, json};
+use stoker_test_support::TestRng;
 
 use crate::harness::{Server, ServerOptions, fresh_dir, http, stoker_bin};
 
@@ -267,28 +268,6 @@ async fn openai_sdk_batch() {
     );
 }
 
-/// A small, seeded generator: reproducible "random" choices without a crate.
-struct XorShift(u64);
-
-impl XorShift {
-    fn new(seed: u64) -> XorShift {
-        XorShift(seed.max(1))
-    }
-
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 const PROMPTS: [&str; 16] = [
     "The capital of France is",
     "Water boils at",
@@ -343,10 +322,14 @@ async fn batch_survives_three_kill_9() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(0x5eed_ba7c_u64);
     println!("seed {seed} (set STOKER_E2E_SEED to replay another)");
-    let mut rng = XorShift::new(seed);
+    let mut rng = TestRng::new(seed);
 
     let data = fresh_dir("batch-kill-data");
-    let opts = || ServerOptions::default().config(KILL_CONFIG).data_dir(&data);
+    let opts = || {
+        ServerOptions::default()
+            .config(KILL_CONFIG)
+            .data_dir(data.path())
+    };
     let mut server = Server::start("batch-kill", opts()).await;
     let key = Some(BATCH_KEY);
     let model = server.model_id(Some(OPS_KEY)).await;
@@ -355,7 +338,7 @@ async fn batch_survives_three_kill_9() {
     let lines: Vec<Value> = (0..KILL_ROWS)
         .map(|i| {
             let id = format!("row-{i:05}");
-            let prompt = PROMPTS[rng.below(PROMPTS.len() as u64) as usize];
+            let prompt = PROMPTS[rng.below(PROMPTS.len())];
             prompt_of.insert(id.clone(), prompt);
             completion_line(&id, &model, prompt, 4)
         })
@@ -391,9 +374,9 @@ async fn batch_survives_three_kill_9() {
         // A seeded random wait, cut short at a seeded random point of the next
         // quarter of the rows, so every kill lands mid-run however fast the
         // machine is (here 2,000 short rows take well under a minute).
-        let wait = Duration::from_secs(5 + rng.below(21));
+        let wait = Duration::from_secs(5 + rng.below(21) as u64);
         let quarter = KILL_ROWS / 4;
-        let cap = quarter * (kill - 1) + 1 + rng.below(quarter);
+        let cap = quarter * (kill - 1) + 1 + rng.below(quarter as usize) as u64;
         let t0 = Instant::now();
         let before = loop {
             let b = ok(
@@ -544,7 +527,6 @@ async fn batch_survives_three_kill_9() {
         1,
         "the batch was created more than once: {types:?}"
     );
-    let _ = std::fs::remove_dir_all(&data);
 }
 
 /// Runs `stoker batch ARGS` against the server; returns (exit code, stdout, stderr).
@@ -1168,15 +1150,4 @@ async fn batch_files_bad_input() {
         format!("cancel an unknown batch: {a:?}")
     });
     f.assert_none(&server);
-}
-
-/// Keeps the tests honest about their own fixtures.
-#[test]
-fn xorshift_is_seeded_and_spreads() {
-    let mut a = XorShift::new(7);
-    let mut b = XorShift::new(7);
-    let xs: Vec<u64> = (0..100).map(|_| a.below(16)).collect();
-    let ys: Vec<u64> = (0..100).map(|_| b.below(16)).collect();
-    assert_eq!(xs, ys);
-    assert!(xs.iter().collect::<HashSet<_>>().len() > 8);
 }

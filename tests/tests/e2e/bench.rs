@@ -92,7 +92,7 @@ async fn sweep_finds_a_knee_records_a_profile_and_admission_enforces_it() {
 
     // Sweep 1, 4, 32 clients: twelve requests at once against four slots
     // and a queue of four cannot keep 90 % of them within the SLO.
-    let plot = dir.join("sweep.svg");
+    let plot = dir.path().join("sweep.svg");
     let plot_s = plot.display().to_string();
     let mut a = args(&base);
     a.extend(args(&[
@@ -240,7 +240,7 @@ async fn sweep_finds_a_knee_records_a_profile_and_admission_enforces_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_flags_and_files_are_clear_errors() {
     let dir = fresh_dir("bench-flags");
-    let bad_toml = dir.join("w.toml");
+    let bad_toml = dir.path().join("w.toml");
     std::fs::write(&bad_toml, "arrival = \"closed:4\"\nprompt_len = 5\n").unwrap();
     let bad_toml = bad_toml.display().to_string();
     let url = "http://127.0.0.1:9";

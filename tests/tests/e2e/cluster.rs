@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::harness::{Server, ServerOptions, fresh_dir, http, repo_root};
+use crate::harness::{Server, ServerOptions, TempDir, fresh_dir, http, repo_root};
 use crate::tcp_proxy::TcpProxy;
 
 pub fn tansu_bin() -> PathBuf {
@@ -211,7 +211,8 @@ pub struct Cluster {
     pub db_proxy: Option<TcpProxy>,
     pub broker: Broker,
     pub db: Database,
-    objects: PathBuf,
+    /// The batch objects' folder, removed after the processes stop.
+    objects: TempDir,
     config: String,
     admin_key: Option<String>,
 }
@@ -284,7 +285,7 @@ impl Cluster {
         for i in 0..executors {
             let id = format!("{tag}-ex{i}");
             // Two executors and the API share two cores: one compute thread each.
-            let o = opts(&broker.addr(), &db.url, &objects, "executor", &id)
+            let o = opts(&broker.addr(), &db.url, objects.path(), "executor", &id)
                 .config(config)
                 .config("[engine]\nthreads = 1\n");
             started.push(Server::start(&id, o).await);
@@ -292,7 +293,7 @@ impl Cluster {
         let id = format!("{tag}-api");
         let api = Server::start(
             &id,
-            opts(&broker.addr(), &db.url, &objects, "api", &id).config(config),
+            opts(&broker.addr(), &db.url, objects.path(), "api", &id).config(config),
         )
         .await;
         let cluster = Cluster {
@@ -314,7 +315,7 @@ impl Cluster {
         let o = opts(
             &self.broker.addr(),
             &self.db.url,
-            &self.objects,
+            self.objects.path(),
             "executor",
             id,
         )

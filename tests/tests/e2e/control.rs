@@ -129,7 +129,7 @@ async fn chat(client: &reqwest::Client, server: &Server, user: &str) -> (String,
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn canary_split_request_log_rollback_and_audit_survive_a_restart() {
     let data = fresh_dir("control-data");
-    let opts = || ServerOptions::default().config(KEYS).data_dir(&data);
+    let opts = || ServerOptions::default().config(KEYS).data_dir(data.path());
     let server = Server::start("control", opts()).await;
     let admin = Admin {
         server: &server,
@@ -450,5 +450,4 @@ async fn canary_split_request_log_rollback_and_audit_survive_a_restart() {
     assert!(err.contains("404") && err.contains("not_found"), "{err}");
     drop(admin);
     drop(server);
-    let _ = std::fs::remove_dir_all(&data);
 }

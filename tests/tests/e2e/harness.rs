@@ -5,38 +5,24 @@
 //! dir, the Python scripts' output), listens on `127.0.0.1:0`, and is killed and its
 //! folder removed on drop. Its stderr (the logs) is collected into a buffer by a
 //! thread, so a test can read it and a failing test prints its tail.
+//!
+//! The model, the venv's Python and temp dirs come from `stoker-test-support`, so a
+//! missing prerequisite fails with the script that fixes it.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
+pub use stoker_test_support::{TempDir, model_path, python_bin, repo_root};
 
 /// How long a server may take from spawn to `/health/ready` answering 200 (model
 /// load and warm-up on a busy two-core machine).
 const READY_TIMEOUT: Duration = Duration::from_secs(240);
 /// How long a Python script may run.
 const PYTHON_TIMEOUT: Duration = Duration::from_secs(420);
-
-pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ has a parent")
-        .to_path_buf()
-}
-
-pub fn model_path() -> PathBuf {
-    let path = repo_root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(
-        path.is_file(),
-        "model file missing: {}\nfetch it with scripts/fetch-model.sh",
-        path.display()
-    );
-    path
-}
 
 /// `target/release/stoker`, found next to the test executable's `deps/` folder.
 pub fn stoker_bin() -> PathBuf {
@@ -52,31 +38,9 @@ pub fn stoker_bin() -> PathBuf {
     bin
 }
 
-pub fn python_bin() -> PathBuf {
-    let python = repo_root().join(".venv/bin/python");
-    assert!(
-        python.is_file(),
-        "{} not found\nset up the venv first: scripts/setup-venv.sh",
-        python.display()
-    );
-    python
-}
-
-/// A fresh, empty folder under the system temp dir, unique to this process and call.
-pub fn fresh_dir(name: &str) -> PathBuf {
-    static COUNTER: AtomicU32 = AtomicU32::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let dir = std::env::temp_dir().join(format!(
-        "stoker-e2e-{name}-{}-{}-{nanos}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("create temp dir");
-    dir
+/// A fresh, empty folder under the system temp dir, removed when dropped.
+pub fn fresh_dir(name: &str) -> TempDir {
+    stoker_test_support::temp_dir(&format!("e2e-{name}"))
 }
 
 /// A string unlikely to occur anywhere by chance.
@@ -151,7 +115,10 @@ impl ServerOptions {
 pub struct Server {
     child: Child,
     exit: Option<ExitStatus>,
+    /// The server's own folder (config, default data dir, scripts' output).
     pub dir: PathBuf,
+    /// Removes [`Server::dir`] when the server drops (after [`Drop`] kills it).
+    _dir_guard: TempDir,
     /// `http://127.0.0.1:PORT`, without a trailing slash.
     pub base: String,
     stderr: Arc<Mutex<Vec<u8>>>,
@@ -163,7 +130,8 @@ impl Server {
     pub async fn start(name: &str, opts: ServerOptions) -> Server {
         let bin = stoker_bin();
         let model = opts.model.clone().unwrap_or_else(model_path);
-        let dir = fresh_dir(name);
+        let dir_guard = fresh_dir(name);
+        let dir = dir_guard.path().to_path_buf();
         let data_dir = opts.data_dir.clone().unwrap_or_else(|| dir.join("data"));
         let config_path = dir.join("stoker.toml");
         std::fs::write(&config_path, &opts.config).expect("write config");
@@ -234,6 +202,7 @@ impl Server {
             child,
             exit: None,
             dir,
+            _dir_guard: dir_guard,
             base: String::new(),
             stderr,
             stderr_thread: Some(stderr_thread),
@@ -453,7 +422,6 @@ impl Drop for Server {
         if std::thread::panicking() {
             eprintln!("{}", self.stderr_tail(6000));
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
