@@ -24,7 +24,7 @@ PG="${PG:-postgres://postgres@127.0.0.1:5432}"
 mkdir -p "$OUT"
 "$ROOT/scripts/fetch-model.sh" >/dev/null
 "$ROOT/scripts/fetch-broker.sh" >/dev/null
-[ -x "$STOKER" ] || cargo build --release --locked -p stoker-api --bin stoker
+[ -x "$STOKER" ] || cargo build --release --locked -p stoker --bin stoker
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_up() { # URL PID

@@ -17,7 +17,7 @@ LEVELS="${LEVELS:-1,2,4,8,16,32}"
 REQUESTS="${REQUESTS:-48}"
 mkdir -p "$OUT"
 "$ROOT/scripts/fetch-model.sh" >/dev/null
-[ -x "$STOKER" ] || cargo build --release --locked -p stoker-api --bin stoker
+[ -x "$STOKER" ] || cargo build --release --locked -p stoker --bin stoker
 
 # One workload for both servers: exact 128-token prompts, exactly 64 output
 # tokens, a closed loop stepped through LEVELS clients.

@@ -5,5 +5,5 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 "$ROOT/scripts/fetch-model.sh"
-cargo build --release --locked -p stoker-api --bin stoker
+cargo build --release --locked -p stoker --bin stoker
 exec "$ROOT/target/release/stoker" serve "$@"

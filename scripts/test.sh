@@ -16,6 +16,6 @@ cargo fmt --all -- --check
 echo "== cargo clippy -D warnings"
 cargo clippy --release --workspace --all-targets --locked -- -D warnings
 echo "== cargo build (the stoker binary the end-to-end tests start)"
-cargo build --release --locked -p stoker-api --bin stoker
+cargo build --release --locked -p stoker --bin stoker
 echo "== cargo test"
 cargo test --release --workspace --locked -- --test-threads="${STOKER_TEST_THREADS:-1}"

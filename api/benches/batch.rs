@@ -13,14 +13,13 @@
 
 #![allow(clippy::field_reassign_with_default)]
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use stoker_api::Config;
-use stoker_api::serve::{self, Server};
+use stoker_api::roles::{self, Server};
 use stoker_executor::{EngineEvent, Lane, SamplingParams, TenantId, ValidRequest};
 
 const OUTPUT_TOKENS: usize = 8;
@@ -38,13 +37,16 @@ fn prompt_text(i: usize) -> String {
     format!("Row {i}: summarize in one word the colour of the sky on a clear day number {i}.")
 }
 
+/// The `p`th percentile (0-100) of `v`, as every suite and the load
+/// generator compute it (`stoker_test_support::percentile`).
 fn percentile(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[((p / 100.0) * (v.len() - 1) as f64).round() as usize]
+    v.sort_by(f64::total_cmp);
+    stoker_test_support::percentile(v, p / 100.0)
 }
 
 /// Rows through the engine's batch lane directly, `conc` in flight.
 async fn engine_rows(
+    artifact: Arc<dyn stoker_api::backend::Artifact>,
     engine: Arc<dyn stoker_api::backend::Backend>,
     offset: usize,
     rows: usize,
@@ -54,7 +56,7 @@ async fn engine_rows(
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for _ in 0..conc {
-        let (engine, next) = (engine.clone(), next.clone());
+        let (artifact, engine, next) = (artifact.clone(), engine.clone(), next.clone());
         tasks.push(tokio::spawn(async move {
             let mut tokens = 0;
             loop {
@@ -63,13 +65,16 @@ async fn engine_rows(
                     return tokens;
                 }
                 // Same digit count as the Batch API's rows: equal prompt lengths.
-                let ids = engine.tokenizer().encode(&prompt_text(offset + i)).unwrap();
+                let ids = artifact
+                    .tokenizer()
+                    .encode(&prompt_text(offset + i))
+                    .unwrap();
                 let req = ValidRequest::new(
                     ids,
                     SamplingParams::greedy(OUTPUT_TOKENS),
                     Lane::Batch,
                     TenantId::default(),
-                    &engine.model_limits(),
+                    &artifact.model_limits(),
                 )
                 .unwrap();
                 let mut h = engine.submit(req).unwrap();
@@ -292,27 +297,25 @@ fn main() {
         let chat_secs = env_usize("STOKER_BENCH_CHAT_SECS", 40) as u64;
         let mut c = Config::default();
         c.listen = "127.0.0.1:0".parse().unwrap();
-        c.model = std::env::var("STOKER_MODEL").map(PathBuf::from).unwrap_or_else(|_| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf")
-        });
+        c.model = stoker_test_support::model_path();
         let dir = std::env::temp_dir().join(format!("stoker-bench-batch-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         c.data_dir = dir.clone();
         c.batch.max_lines = rows.max(50_000);
         c.engine.threads = env_usize("STOKER_THREADS", 0);
         let conc = c.batch.row_concurrency * c.batch.max_running_shards;
-        let server: Server = serve::start(c).await.unwrap();
+        let server: Server = roles::start(c).await.unwrap();
         server.wait_ready(Duration::from_secs(300)).await.unwrap();
         let served = server.state.served().unwrap();
-        let engine = served.engine.clone();
+        let (artifact, engine) = (served.artifact.clone(), served.backend.clone());
         let model = served.provenance.model_id.clone();
         let base = format!("http://{}", server.addr);
         let client = reqwest::Client::new();
 
         println!("Batch lane: {rows} completion rows, {OUTPUT_TOKENS} output tokens each, greedy, {conc} rows in flight\n");
         // Warm up both paths.
-        engine_rows(engine.clone(), 900_000, 32, conc).await;
-        let (e_wall, e_tok) = engine_rows(engine.clone(), 100_000, rows, conc).await;
+        engine_rows(artifact.clone(), engine.clone(), 900_000, 32, conc).await;
+        let (e_wall, e_tok) = engine_rows(artifact.clone(), engine.clone(), 100_000, rows, conc).await;
         let t0 = Instant::now();
         let id = upload(&client, &base, &model, rows, 300_000).await;
         let b = wait_done(&client, &base, &id).await;

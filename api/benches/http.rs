@@ -10,13 +10,12 @@
 // Configs are built by adjusting a default, which reads best here.
 #![allow(clippy::field_reassign_with_default)]
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use stoker_api::Config;
-use stoker_api::backend::Backend;
-use stoker_api::serve::{self, Server};
+use stoker_api::backend::{Artifact, Backend};
+use stoker_api::roles::{self, Server};
 use stoker_executor::{EngineEvent, Lane, SamplingParams, TenantId, ValidRequest};
 
 const PROMPT_TOKENS: usize = 128;
@@ -59,12 +58,14 @@ async fn engine_ttft_totals(client: &reqwest::Client, server: &Server) -> (f64, 
     (sum, count)
 }
 
+/// The `p`th percentile (0-100) of `v`, as every suite and the load
+/// generator compute it (`stoker_test_support::percentile`).
 fn percentile(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[((p / 100.0) * (v.len() - 1) as f64).round() as usize]
+    v.sort_by(f64::total_cmp);
+    stoker_test_support::percentile(v, p / 100.0)
 }
 
-fn prompt(engine: &dyn Backend, i: usize) -> Vec<u32> {
+fn prompt(engine: &dyn Artifact, i: usize) -> Vec<u32> {
     let text = format!(
         "Request {i}. The history of computing is a story of abstraction layered upon abstraction, \
          from relays and vacuum tubes to transistors, integrated circuits, operating systems, \
@@ -75,13 +76,13 @@ fn prompt(engine: &dyn Backend, i: usize) -> Vec<u32> {
     ids
 }
 
-async fn engine_one(engine: &dyn Backend, ids: Vec<u32>) -> Trace {
+async fn engine_one(artifact: &dyn Artifact, engine: &dyn Backend, ids: Vec<u32>) -> Trace {
     let req = ValidRequest::new(
         ids,
         SamplingParams::greedy(OUTPUT_TOKENS),
         Lane::Interactive,
         TenantId::default(),
-        &engine.model_limits(),
+        &artifact.model_limits(),
     )
     .unwrap();
     let t0 = Instant::now();
@@ -136,7 +137,7 @@ async fn http_one(client: &reqwest::Client, url: &str, model: &str, ids: Vec<u32
 
 async fn round(server: &Server, http: bool, concurrency: usize, next_prompt: &mut usize) -> Round {
     let served = server.state.served().unwrap();
-    let engine = served.engine.clone();
+    let (artifact, engine) = (served.artifact.clone(), served.backend.clone());
     let url = format!("http://{}/v1/completions", server.addr);
     let model = served.provenance.model_id.clone();
     let client = reqwest::Client::new();
@@ -144,15 +145,20 @@ async fn round(server: &Server, http: bool, concurrency: usize, next_prompt: &mu
     let t0 = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..concurrency {
-        let ids = prompt(engine.as_ref(), *next_prompt);
+        let ids = prompt(artifact.as_ref(), *next_prompt);
         *next_prompt += 1;
-        let (engine, client, url, model) =
-            (engine.clone(), client.clone(), url.clone(), model.clone());
+        let (artifact, engine, client, url, model) = (
+            artifact.clone(),
+            engine.clone(),
+            client.clone(),
+            url.clone(),
+            model.clone(),
+        );
         tasks.push(tokio::spawn(async move {
             if http {
                 http_one(&client, &url, &model, ids).await
             } else {
-                engine_one(engine.as_ref(), ids).await
+                engine_one(artifact.as_ref(), engine.as_ref(), ids).await
             }
         }));
     }
@@ -218,12 +224,10 @@ fn main() {
     rt.block_on(async {
         let mut c = Config::default();
         c.listen = "127.0.0.1:0".parse().unwrap();
-        c.model = std::env::var("STOKER_MODEL").map(PathBuf::from).unwrap_or_else(|_| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf")
-        });
+        c.model = stoker_test_support::model_path();
         c.data_dir = std::env::temp_dir().join("stoker-bench-http");
         c.engine.threads = std::env::var("STOKER_THREADS").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
-        let server = serve::start(c).await.unwrap();
+        let server = roles::start(c).await.unwrap();
         server.wait_ready(Duration::from_secs(300)).await.unwrap();
         let rounds: usize = std::env::var("STOKER_BENCH_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(4);
         let mut next = 0usize;

@@ -397,3 +397,16 @@ impl IntoResponse for ApiError {
 /// rejections by code without parsing bodies.
 #[derive(Clone, Copy, Debug)]
 pub struct RejectedCode(pub &'static str);
+
+/// Client text quoted in an error message, cut at `max` bytes (on a char
+/// boundary) with `...`: messages stay bounded whatever the client sent.
+pub fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}

@@ -1,33 +1,39 @@
-//! stoker's HTTP front: the OpenAI protocol over axum, validation with the
+//! stoker's server: the OpenAI protocol over axum, validation with the
 //! served revision's limits, admission before any model work, SSE streaming,
-//! API keys, Prometheus metrics, health, and the single-process `serve` mode.
+//! API keys, Prometheus metrics, health, drain, and the three roles a
+//! `stoker` process can play (`roles/`).
 //!
-//! The binary (`main.rs`) is the composition root; this library holds
-//! everything so tests and benchmarks can run the same server in process.
+//! Layers, each using only those listed before it (the tidy test checks that
+//! no module imports one that imports it back):
+//! - leaves: `config`, `telemetry`, `error` (the one enum and its HTTP
+//!   mapping), `auth`, `admission/` (with the capacity envelope), `metrics`,
+//!   `kafka` (the distributed mode's transport glue), `backend/` (what
+//!   generations run on: the in-process engine or the executors over Kafka),
+//!   `control/` (the embedded control plane: store, request log, batches);
+//! - `state`: what every request shares;
+//! - `edge/`: the request path without HTTP framing;
+//! - `http/`: the router, handlers, extractors, SSE, OpenAPI;
+//! - `jobs/`: the executor role's Kafka front (jobs in, deltas out);
+//! - `roles/`: where each `stoker` sub-command is put together.
+//!
+//! The `stoker` binary (`api/bin`) is the composition root; the client
+//! commands (`stoker-cli`) and the load generator (`stoker-bench`) are crates
+//! of their own that reach a server over HTTP only.
 
-pub mod admin_cli;
 pub mod admission;
 pub mod auth;
 pub mod backend;
-pub mod batch_cli;
-pub mod batch_exec;
-pub mod bench;
 pub mod config;
 pub mod control;
-pub mod distributed;
-pub mod envelope;
+pub mod edge;
 pub mod error;
-pub mod extract;
-pub mod generate;
+pub mod http;
+pub mod jobs;
+pub mod kafka;
 pub mod metrics;
-pub mod openapi;
-pub mod reqlog;
-pub mod routes;
-pub mod serve;
-pub mod sse;
+pub mod roles;
 pub mod state;
 pub mod telemetry;
-pub mod validate;
 
 pub use config::Config;
 pub use error::ApiError;

@@ -1,23 +1,41 @@
-//! Shared server state: configuration, auth, admission, metrics, the served
-//! model (set once loading finishes) and the lifecycle phase that readiness
-//! reports.
+//! Shared server state: configuration, the process's [`Role`], auth,
+//! admission, the control plane, the served artifacts (set once loading
+//! finishes) and the lifecycle [`Phase`] that readiness reports. It names no
+//! role-specific type: the job front and the remote backend belong to the
+//! roles that start them.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use axum::http::{HeaderMap, HeaderValue};
-use stoker_executor::RequestLimits;
 use tokio::sync::watch;
 
 use crate::admission::{Admission, AdmissionLimits};
 use crate::auth::Authenticator;
-use crate::backend::Backend;
+use crate::backend::{Artifact, Backend, Served};
 use crate::config::Config;
 use crate::control::Control;
 use crate::error::ApiError;
-use crate::metrics::Metrics;
+
+/// Which process a server is: the `stoker` sub-command that started it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// `stoker serve`: everything in one process.
+    Embedded,
+    /// `stoker executor`: the single-process server plus a job front that
+    /// takes interactive jobs from Kafka.
+    Executor,
+    /// `stoker api`: the HTTP surface; generations run on the executors.
+    Api,
+}
+
+impl Role {
+    /// Runs an engine here (and so batch shards and warm-up).
+    pub fn has_engine(self) -> bool {
+        !matches!(self, Role::Api)
+    }
+}
 
 /// Where the server is in its life. Only `Ready` serves inference.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,69 +70,11 @@ impl Phase {
     }
 }
 
-/// Which exact artifact answers: sent on every response.
-#[derive(Clone, Debug)]
-pub struct Provenance {
-    pub model_id: String,
-    pub revision: String,
-    pub sha256: String,
-    pub executor: String,
-    pub fingerprint: String,
-}
-
-impl Provenance {
-    pub fn new(model_id: String, sha256: String, executor: String) -> Self {
-        let revision = default_revision_id(&sha256);
-        Self::of_revision(model_id, revision, sha256, executor)
-    }
-
-    /// The provenance of a named revision of a deployment.
-    pub fn of_revision(
-        model_id: String,
-        revision: String,
-        sha256: String,
-        executor: String,
-    ) -> Self {
-        Provenance {
-            model_id,
-            fingerprint: format!("fp_{revision}"),
-            revision,
-            sha256,
-            executor,
-        }
-    }
-
-    pub fn apply(&self, h: &mut HeaderMap) {
-        let mut put = |k: &'static str, v: &str| {
-            if let Ok(v) = HeaderValue::from_str(v) {
-                h.insert(k, v);
-            }
-        };
-        put("x-stoker-revision", &self.revision);
-        put("x-stoker-model-sha256", &self.sha256);
-        put("x-stoker-executor", &self.executor);
-    }
-}
-
-/// The id a revision gets when nobody names it: the first 12 hex digits of its
-/// artifact's sha256.
-pub fn default_revision_id(sha256: &str) -> String {
-    sha256.chars().take(12).collect()
-}
-
-/// A loaded model artifact and what requests are validated against. Several
-/// revisions may share one (same file, other id); the primary is the one
-/// `stoker serve` loaded at start.
-pub struct Served {
-    pub engine: Arc<dyn Backend>,
-    pub provenance: Provenance,
-    pub limits: RequestLimits,
-    pub metrics: Arc<Metrics>,
-    pub created: u64,
-}
-
 pub struct Inner {
     pub config: Config,
+    /// Which process this is: decides what runs here, not which optional
+    /// parts happen to be set.
+    pub role: Role,
     pub auth: Authenticator,
     pub admission: Arc<Admission>,
     pub model_id: String,
@@ -127,10 +87,6 @@ pub struct Inner {
     drain_hook: OnceLock<Box<dyn Fn() + Send + Sync>>,
     /// Flips to true when in-flight requests must end now (shutdown timeout).
     hard_stop: watch::Sender<bool>,
-    /// The executors behind Kafka (`stoker api` only).
-    pub remote: OnceLock<crate::distributed::remote::RemoteBackend>,
-    /// This process's job server (`stoker executor` only).
-    pub job_server: OnceLock<Arc<crate::distributed::job_server::JobServer>>,
 }
 
 #[derive(Clone)]
@@ -152,7 +108,7 @@ impl std::ops::Deref for AppState {
 }
 
 impl AppState {
-    pub fn new(config: Config) -> Self {
+    pub fn new(config: Config, role: Role) -> Self {
         let auth = Authenticator::new(&config.api_keys);
         let admission = Admission::new(AdmissionLimits {
             max_num_seqs: config.engine.max_num_seqs,
@@ -165,6 +121,7 @@ impl AppState {
         });
         let (hard_stop, _) = watch::channel(false);
         AppState(Arc::new(Inner {
+            role,
             model_id: config.model_id(),
             config,
             auth,
@@ -175,8 +132,6 @@ impl AppState {
             control: OnceLock::new(),
             drain_hook: OnceLock::new(),
             hard_stop,
-            remote: OnceLock::new(),
-            job_server: OnceLock::new(),
         }))
     }
 
@@ -197,54 +152,22 @@ impl AppState {
             });
     }
 
-    /// Installs a loaded engine; the first becomes the primary. Readiness still
-    /// waits for warm-up.
-    pub fn install(&self, engine: Arc<dyn Backend>) -> Arc<Served> {
-        let info = engine.info().clone();
-        let mut limits = engine.model_limits();
-        // A request must fit the KV cache as a whole: the served context is
-        // the smaller of the model's window and what the cache holds.
-        let kv_tokens = info.num_kv_blocks * stoker_executor::BLOCK_SIZE;
-        if kv_tokens < limits.context_window {
-            tracing::warn!(
-                model_context = limits.context_window,
-                kv_tokens,
-                "the KV cache is smaller than the model's context window; serving the smaller"
-            );
-            limits.context_window = kv_tokens;
-            limits.max_input_tokens = limits.max_input_tokens.min(kv_tokens);
-            limits.max_output_tokens = limits.max_output_tokens.min(kv_tokens);
-        }
-        let cfg = &self.config.limits;
-        if cfg.max_input_tokens > 0 {
-            limits.max_input_tokens = cfg.max_input_tokens.min(limits.max_input_tokens);
-        }
-        if cfg.max_output_tokens > 0 {
-            limits.max_output_tokens = cfg.max_output_tokens.min(limits.max_output_tokens);
-        }
-        let provenance = Provenance::new(
-            self.model_id.clone(),
-            info.identity.sha256.clone(),
-            self.config.executor_id.clone(),
-        );
-        // One registry: a second artifact's requests count under the primary's labels.
-        let metrics = match self.served.get() {
-            Some(p) => p.metrics.clone(),
-            None => Arc::new(Metrics::new(&self.model_id, &provenance.revision)),
-        };
-        let sha = provenance.sha256.clone();
-        let served = Arc::new(Served {
-            engine,
-            provenance,
-            limits,
-            metrics,
-            created: unix_now(),
-        });
+    /// Installs a loaded artifact; the first becomes the primary. Readiness
+    /// still waits for warm-up.
+    pub fn install<B: Artifact + Backend>(&self, backend: Arc<B>) -> Arc<Served> {
+        let served = Arc::new(Served::new(
+            backend,
+            &self.model_id,
+            &self.config.executor_id,
+            &self.config.limits,
+            self.served.get().map(|p| p.metrics.clone()),
+            unix_now(),
+        ));
         let _ = self.served.set(served.clone());
         self.models
             .write()
             .expect("models lock")
-            .entry(sha)
+            .entry(served.provenance.sha256.clone())
             .or_insert(served)
             .clone()
     }

@@ -4,13 +4,12 @@
 
 #![allow(clippy::field_reassign_with_default)]
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use stoker_api::Config;
 use stoker_api::auth::{ApiKeyConfig, Scope};
-use stoker_api::serve::{self, Server};
+use stoker_api::roles::{self, Server};
 
 const ADMIN: &str = "sk-admin-ops-0001";
 const INFER: &str = "sk-infer-app-0001";
@@ -19,8 +18,7 @@ const MODEL_ID: &str = "SmolLM2-135M-Instruct.Q4_1";
 fn config() -> Config {
     let mut c = Config::default();
     c.listen = "127.0.0.1:0".parse().unwrap();
-    c.model =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    c.model = stoker_test_support::model_path();
     c.data_dir = std::env::temp_dir().join(format!(
         "stoker-admin-test-{}",
         uuid::Uuid::new_v4().simple()
@@ -47,7 +45,7 @@ fn config() -> Config {
 }
 
 async fn start() -> Server {
-    let s = serve::start(config()).await.unwrap();
+    let s = roles::start(config()).await.unwrap();
     s.wait_ready(Duration::from_secs(120)).await.unwrap();
     s
 }

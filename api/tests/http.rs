@@ -12,23 +12,18 @@
 #[path = "http/tokenize.rs"]
 mod tokenize;
 
-use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use stoker_api::Config;
 use stoker_api::auth::{ApiKeyConfig, Scope};
-use stoker_api::serve::{self, Server};
+use stoker_api::roles::{self, Server};
 use stoker_api::state::Phase;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::runtime::Runtime;
 
 const MODEL_ID: &str = "SmolLM2-135M-Instruct.Q4_1";
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 fn rt() -> &'static Runtime {
     static RT: OnceLock<Runtime> = OnceLock::new();
@@ -44,7 +39,7 @@ fn rt() -> &'static Runtime {
 fn config() -> Config {
     let mut c = Config::default();
     c.listen = "127.0.0.1:0".parse().unwrap();
-    c.model = root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    c.model = stoker_test_support::model_path();
     // Each server its own store: they run side by side in this process.
     c.data_dir = std::env::temp_dir().join(format!(
         "stoker-http-test-{}-{}",
@@ -57,7 +52,7 @@ fn config() -> Config {
 }
 
 async fn start(c: Config) -> Server {
-    let s = serve::start(c).await.unwrap();
+    let s = roles::start(c).await.unwrap();
     s.wait_ready(Duration::from_secs(120)).await.unwrap();
     s
 }
@@ -528,7 +523,7 @@ impl TapCached for Value {
 
 async fn kv_idle(s: &Server, within: Duration) -> Duration {
     let t = Instant::now();
-    let engine = &s.state.served().unwrap().engine;
+    let engine = &s.state.served().unwrap().backend;
     loop {
         let st = engine.stats();
         if st.kv_blocks_used == 0 && st.running() == 0 && st.waiting() == 0 {
@@ -560,7 +555,7 @@ fn client_disconnect_frees_kv_within_a_second() {
     c.engine.max_num_seqs = 4;
     rt().block_on(async {
         let s = start(c).await;
-        let engine = s.state.served().unwrap().engine.clone();
+        let engine = s.state.served().unwrap().backend.clone();
         // Streaming: read the first bytes, then hang up.
         let mut body = chat("Write a very long story about a lighthouse.", 1000);
         body["stream"] = json!(true);
@@ -789,7 +784,7 @@ fn readiness_during_warm_up_and_drain() {
     let mut c = config();
     c.shutdown_timeout_secs = 30;
     rt().block_on(async {
-        let s = serve::start(c).await.unwrap();
+        let s = roles::start(c).await.unwrap();
         // The model takes far longer to load than this request takes.
         let r = client().get(url(&s, "/health/ready")).send().await.unwrap();
         assert_eq!(r.status(), 503);
@@ -890,8 +885,8 @@ fn shutdown_timeout_ends_streams_with_a_typed_error_event() {
 
 #[test]
 fn openapi_document_is_checked_in() {
-    let path = root().join("schemas/openapi.json");
-    let doc = stoker_api::openapi::document();
+    let path = stoker_test_support::repo_root().join("schemas/openapi.json");
+    let doc = stoker_api::http::openapi::document();
     if std::env::var_os("STOKER_UPDATE_SCHEMAS").is_some() {
         std::fs::write(&path, &doc).unwrap();
     }

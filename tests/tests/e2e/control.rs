@@ -445,8 +445,9 @@ async fn canary_split_request_log_rollback_and_audit_survive_a_restart() {
         out.contains(&rollout_id) && out.contains("rolled_back"),
         "{out}"
     );
+    // A 4xx is the request's fault: exit 2, as for every client command.
     let (code, _, err) = cli(&["rollouts", "rollback", "ro_nope", "--reason", "x"]);
-    assert_eq!(code, Some(1));
+    assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("404") && err.contains("not_found"), "{err}");
     drop(admin);
     drop(server);

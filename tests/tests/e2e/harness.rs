@@ -32,7 +32,7 @@ pub fn stoker_bin() -> PathBuf {
     let bin = profile_dir.join(format!("stoker{}", std::env::consts::EXE_SUFFIX));
     assert!(
         bin.is_file(),
-        "stoker binary not found at {}\nbuild it first: cargo build --release -p stoker-api --bin stoker",
+        "stoker binary not found at {}\nbuild it first: cargo build --release -p stoker --bin stoker",
         bin.display()
     );
     bin

@@ -1,7 +1,7 @@
 //! End-to-end tests: the real `stoker` binary on the real model, driven over HTTP by
 //! the official OpenAI Python SDK and by reqwest.
 //!
-//! Needs `target/release/stoker` (`cargo build --release -p stoker-api --bin stoker`),
+//! Needs `target/release/stoker` (`cargo build --release -p stoker --bin stoker`),
 //! the model (`scripts/fetch-model.sh`) and the Python venv (`scripts/setup-venv.sh`).
 //! Each test starts its own server(s) on `127.0.0.1:0` with a temp config and data
 //! dir. Run them one at a time: `cargo test --release -p stoker-tests --test e2e --

@@ -1,0 +1,77 @@
+//! What the server generates with. `stoker serve` and `stoker executor`
+//! hold the engine in process; `stoker api` holds the executors behind Kafka
+//! (`remote/`, with `wire.rs` the job and reply messages both sides speak).
+//! Two traits, as TGI's router separates model info from inference: the
+//! served artifact's metadata ([`Artifact`]) and the narrow request path
+//! ([`Backend`]). Routes, validation, admission and streaming see only these,
+//! so every role runs the same code above them; [`Served`] is one loaded
+//! artifact as requests see it.
+
+pub mod remote;
+mod served;
+pub mod wire;
+
+pub use served::{Provenance, Served, default_revision_id};
+
+use stoker_executor::chat_template::ChatTemplate;
+use stoker_executor::engine::{EngineStats, ModelInfo};
+use stoker_executor::tokenizer::ModelTokenizer;
+use stoker_executor::{Engine, EngineError, RequestHandle, RequestLimits, ValidRequest};
+
+/// The served artifact's metadata: what requests are validated, tokenized
+/// and templated against. Fixed for the artifact's life.
+pub trait Artifact: Send + Sync + 'static {
+    fn info(&self) -> &ModelInfo;
+    fn tokenizer(&self) -> &ModelTokenizer;
+    fn chat_template(&self) -> &ChatTemplate;
+    /// Limits from the model alone; deployments narrow them.
+    fn model_limits(&self) -> RequestLimits;
+}
+
+/// The request path: where generations run, and how loaded it is.
+pub trait Backend: Send + Sync + 'static {
+    /// Live load: of the engine, or summed over the ready executors.
+    fn stats(&self) -> EngineStats;
+    /// Starts a generation; refusals that depend on live state arrive as the
+    /// handle's first event.
+    fn submit(&self, request: ValidRequest) -> Result<RequestHandle, EngineError>;
+    /// One short generation end to end; readiness waits on it.
+    fn warm_up(&self) -> Result<(), EngineError>;
+    /// Where the generations run, for logs and `x-stoker-executor`.
+    fn kind(&self) -> &'static str;
+    /// The executors this backend routes to, each with whether it is alive
+    /// (the distributed mode's capacity reports; empty in process).
+    fn executors(&self) -> Vec<(remote::capacity::Entry, bool)> {
+        Vec::new()
+    }
+}
+
+impl Artifact for Engine {
+    fn info(&self) -> &ModelInfo {
+        Engine::info(self)
+    }
+    fn tokenizer(&self) -> &ModelTokenizer {
+        Engine::tokenizer(self)
+    }
+    fn chat_template(&self) -> &ChatTemplate {
+        Engine::chat_template(self)
+    }
+    fn model_limits(&self) -> RequestLimits {
+        Engine::model_limits(self)
+    }
+}
+
+impl Backend for Engine {
+    fn stats(&self) -> EngineStats {
+        Engine::stats(self)
+    }
+    fn submit(&self, request: ValidRequest) -> Result<RequestHandle, EngineError> {
+        Engine::submit(self, request)
+    }
+    fn warm_up(&self) -> Result<(), EngineError> {
+        Engine::warm_up(self)
+    }
+    fn kind(&self) -> &'static str {
+        "in-process"
+    }
+}

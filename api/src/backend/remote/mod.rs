@@ -1,0 +1,489 @@
+//! The API's backend in the distributed mode: the executors behind Kafka.
+//!
+//! [`RemoteBackend::submit`] picks the executor with the most headroom from
+//! the capacity view, sends the job to its partition, and hands back a
+//! [`RequestHandle`] fed by this instance's reply partition. A watchdog
+//! declares an executor lost when its reports stop; the requests it held end
+//! at once with `executor_lost` (retryable while no token was delivered), so
+//! a stream never continues with text from another generation.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use stoker_controlplane::transport::Kafka;
+use stoker_executor::chat_template::ChatTemplate;
+use stoker_executor::engine::{EngineEvent, EngineStats, ModelInfo};
+use stoker_executor::tokenizer::ModelTokenizer;
+use stoker_executor::{EngineError, RequestHandle, RequestLimits, SeqId, ValidRequest};
+use stoker_schemas::transport::{
+    CapacityReport, ControlCommand, ControlMessage, JobMessage, ReplyEvent, ReplyMessage,
+    TRANSPORT_VERSION, Versioned,
+};
+use tokio::sync::mpsc;
+
+pub mod capacity;
+pub mod prefix;
+
+use super::wire;
+use crate::backend::{Artifact, Backend};
+use crate::kafka::unix_ms;
+use capacity::{CapacityView, Entry};
+use prefix::PrefixIndex;
+
+/// How many executors a request is offered to before a refusal stands.
+const MAX_ATTEMPTS: usize = 3;
+
+struct Pending {
+    events: mpsc::UnboundedSender<EngineEvent>,
+    executor: String,
+    /// The job as sent, for a retry elsewhere; executors that refused it.
+    job: JobMessage,
+    tried: Vec<String>,
+    /// A token reached the client: a retry would repeat it.
+    delivered: bool,
+    next_seq: u64,
+    /// When the job was sent or the last reply arrived.
+    last_heard: Instant,
+}
+
+struct Inner {
+    info: ModelInfo,
+    tokenizer: ModelTokenizer,
+    chat_template: ChatTemplate,
+    kafka: Kafka,
+    /// This instance's leased API slot: which partitions it writes jobs and
+    /// cancels to and reads replies from (`Topics`).
+    slot: i32,
+    instance: String,
+    /// Differs per start, so a restarted instance's request ids never
+    /// match replies still addressed to its previous run.
+    nonce: String,
+    view: Mutex<CapacityView>,
+    /// Which executor holds which prompt prefix in its cache.
+    prefixes: Mutex<PrefixIndex>,
+    pending: Mutex<HashMap<String, Pending>>,
+    next: AtomicU64,
+    rt: tokio::runtime::Handle,
+}
+
+/// What `stoker api` generates with.
+#[derive(Clone)]
+pub struct RemoteBackend {
+    inner: Arc<Inner>,
+}
+
+/// The parts of a loaded artifact the API validates with (no weights).
+pub struct ArtifactMeta {
+    pub info: ModelInfo,
+    pub tokenizer: ModelTokenizer,
+    pub chat_template: ChatTemplate,
+}
+
+impl RemoteBackend {
+    /// Starts the reply, capacity and watchdog loops. `instance` names this
+    /// API process in request ids; `slot` is the API slot its lease holds.
+    pub fn start(
+        meta: ArtifactMeta,
+        kafka: Kafka,
+        slot: i32,
+        instance: String,
+        executor_timeout: Duration,
+        reply_timeout: Duration,
+        rt: tokio::runtime::Handle,
+    ) -> Result<Self, stoker_controlplane::transport::KafkaError> {
+        let topics = kafka.topics().clone();
+        let replies = kafka.assign_from_end(
+            &topics.replies,
+            &topics.reply_partitions(slot),
+            &format!("stoker-api-{instance}"),
+        )?;
+        let capacity =
+            kafka.assign_all_from_end(&topics.capacity, &format!("stoker-api-{instance}"))?;
+        let inner = Arc::new(Inner {
+            info: meta.info,
+            tokenizer: meta.tokenizer,
+            chat_template: meta.chat_template,
+            kafka,
+            slot,
+            instance,
+            nonce: format!("{:x}", unix_ms()),
+            view: Mutex::new(CapacityView::new(executor_timeout)),
+            prefixes: Mutex::new(PrefixIndex::new(prefix::DEFAULT_CAPACITY)),
+            pending: Mutex::new(HashMap::new()),
+            next: AtomicU64::new(1),
+            rt: rt.clone(),
+        });
+        {
+            let inner = inner.clone();
+            crate::kafka::spawn_consumer(&rt, replies, "replies", move |r: ReplyMessage| {
+                inner.on_reply(r)
+            });
+        }
+        {
+            let inner = inner.clone();
+            crate::kafka::spawn_consumer(&rt, capacity, "capacity", move |r: CapacityReport| {
+                inner.view.lock().unwrap().observe(r, Instant::now())
+            });
+        }
+        {
+            let inner = inner.clone();
+            rt.spawn(async move {
+                let mut t = tokio::time::interval(Duration::from_millis(100));
+                loop {
+                    t.tick().await;
+                    let lost = inner.view.lock().unwrap().expire(Instant::now());
+                    for id in lost {
+                        inner.executor_lost(&id);
+                    }
+                    inner.end_silent(reply_timeout);
+                }
+            });
+        }
+        Ok(RemoteBackend { inner })
+    }
+
+    /// Every executor this instance has heard of, with liveness.
+    pub fn executors(&self) -> Vec<(Entry, bool)> {
+        self.inner.view.lock().unwrap().entries()
+    }
+
+    /// Whether some executor takes this model's requests now.
+    pub fn any_ready(&self) -> bool {
+        self.inner
+            .view
+            .lock()
+            .unwrap()
+            .any_ready(&self.inner.info.identity.sha256, Instant::now())
+    }
+
+    /// Requests waiting for replies.
+    pub fn in_flight(&self) -> usize {
+        self.inner.pending.lock().unwrap().len()
+    }
+}
+
+impl Inner {
+    fn on_reply(self: &Arc<Self>, r: ReplyMessage) {
+        let mut pending = self.pending.lock().unwrap();
+        let Some(p) = pending.get_mut(&r.request_id) else {
+            // Cancelled, lost, or meant for a previous holder of this partition.
+            return;
+        };
+        if p.executor != r.executor_id {
+            tracing::warn!(request_id = %r.request_id, from = %r.executor_id, "reply from an executor the request was not sent to");
+            return;
+        }
+        if r.seq < p.next_seq {
+            return; // a duplicate of a redelivered message
+        }
+        if r.seq > p.next_seq {
+            // A reply went missing: the stream cannot go on without a hole,
+            // so it ends typed, like a lost executor, and the executor stops.
+            tracing::warn!(request_id = %r.request_id, expected = p.next_seq, got = r.seq, "replies missing");
+            let p = pending.remove(&r.request_id).expect("looked up above");
+            drop(pending);
+            let code = if p.delivered {
+                "executor_lost_after_output"
+            } else {
+                "executor_lost"
+            };
+            let _ = p.events.send(EngineEvent::Error(EngineError::Remote {
+                code: code.into(),
+                message: format!(
+                    "replies from executor `{}` arrived out of order; the stream cannot be continued",
+                    p.executor
+                ),
+            }));
+            self.send_cancel(&r.request_id, &p.executor);
+            return;
+        }
+        p.next_seq = r.seq + 1;
+        p.last_heard = Instant::now();
+        // Refused before it started because the view was stale (the executor
+        // is draining, full, or no longer reads that partition): offer the
+        // job to another executor instead of failing the client.
+        if let ReplyEvent::Error { code, message } = &r.event
+            && r.seq == 0
+            && matches!(code.as_str(), "not_ready" | "server_overloaded")
+            && p.tried.len() < MAX_ATTEMPTS
+        {
+            let demand = p.job.prompt.len() + p.job.sampling.max_tokens as usize;
+            let next = self.view.lock().unwrap().pick_excluding(
+                &self.info.identity.sha256,
+                demand,
+                Instant::now(),
+                &p.tried,
+            );
+            if let Some(choice) = next {
+                tracing::debug!(request_id = %r.request_id, from = %p.executor, to = %choice.executor_id, %message, "re-routing a refused job");
+                p.executor = choice.executor_id.clone();
+                p.tried.push(choice.executor_id.clone());
+                p.next_seq = 0;
+                p.last_heard = Instant::now();
+                p.job.executor_id = choice.executor_id;
+                let partition = self.route(&mut p.job, choice.slot);
+                let job = p.job.clone();
+                drop(pending);
+                self.send_job(job, partition);
+                return;
+            }
+        }
+        let last = matches!(
+            r.event,
+            ReplyEvent::Finished { .. } | ReplyEvent::Error { .. }
+        );
+        if matches!(&r.event, ReplyEvent::Delta { text, .. } if !text.is_empty()) {
+            p.delivered = true;
+        }
+        let _ = p.events.send(wire::event_from_wire(r.event));
+        if last {
+            pending.remove(&r.request_id);
+        }
+    }
+
+    fn executor_lost(&self, id: &str) {
+        self.prefixes.lock().unwrap().forget(id);
+        let mut pending = self.pending.lock().unwrap();
+        let ids: Vec<String> = pending
+            .iter()
+            .filter(|(_, p)| p.executor == id)
+            .map(|(k, _)| k.clone())
+            .collect();
+        tracing::warn!(
+            executor = id,
+            requests = ids.len(),
+            "executor lost: it stopped reporting"
+        );
+        for rid in ids {
+            if let Some(p) = pending.remove(&rid) {
+                // Not started yet: the request never ran, so to the client
+                // this is the service not being ready, and retryable.
+                let (code, retry) = if p.next_seq == 0 {
+                    ("not_ready", "it had not started; retry it")
+                } else if p.delivered {
+                    ("executor_lost_after_output", "it cannot be resumed")
+                } else {
+                    ("executor_lost", "no output was delivered; retry it")
+                };
+                let _ = p.events.send(EngineEvent::Error(EngineError::Remote {
+                    code: code.into(),
+                    message: format!("the executor `{id}` serving this request was lost; {retry}"),
+                }));
+            }
+        }
+    }
+
+    /// Ends requests that heard nothing for `timeout` although their
+    /// executor still reports (a lost job or reply): a typed error instead
+    /// of a client waiting forever.
+    fn end_silent(&self, timeout: Duration) {
+        let now = Instant::now();
+        let mut pending = self.pending.lock().unwrap();
+        let silent: Vec<String> = pending
+            .iter()
+            .filter(|(_, p)| now.saturating_duration_since(p.last_heard) > timeout)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for rid in silent {
+            if let Some(p) = pending.remove(&rid) {
+                tracing::warn!(request_id = %rid, executor = %p.executor, "no reply within the reply timeout");
+                let code = if p.next_seq == 0 {
+                    "not_ready"
+                } else if p.delivered {
+                    "executor_lost_after_output"
+                } else {
+                    "executor_lost"
+                };
+                let _ = p.events.send(EngineEvent::Error(EngineError::Remote {
+                    code: code.into(),
+                    message: format!(
+                        "no reply from executor `{}` for {} s",
+                        p.executor,
+                        timeout.as_secs()
+                    ),
+                }));
+            }
+        }
+    }
+
+    fn fail(&self, request_id: &str, code: &str, message: String) {
+        if let Some(p) = self.pending.lock().unwrap().remove(request_id) {
+            let _ = p.events.send(EngineEvent::Error(EngineError::Remote {
+                code: code.into(),
+                message,
+            }));
+        }
+    }
+
+    /// Points `job`'s replies at the partition executor slot `executor`
+    /// answers this instance on; returns the partition the job goes to.
+    fn route(&self, job: &mut JobMessage, executor: i32) -> i32 {
+        let topics = self.kafka.topics();
+        job.reply_partition = topics.reply_partition(self.slot, executor);
+        topics.job_partition(executor, self.slot)
+    }
+
+    fn send_job(self: &Arc<Self>, job: JobMessage, partition: i32) {
+        let inner = self.clone();
+        self.rt.spawn(async move {
+            let topic = inner.kafka.topics().interactive.clone();
+            if let Err(e) = inner
+                .kafka
+                .send(&topic, Some(partition), &job.request_id, &job.encode())
+                .await
+            {
+                inner.fail(
+                    &job.request_id,
+                    "not_ready",
+                    format!("the job could not be handed to an executor: {e}"),
+                );
+            }
+        });
+    }
+
+    fn cancel(self: &Arc<Self>, request_id: &str) {
+        let Some(p) = self.pending.lock().unwrap().remove(request_id) else {
+            return;
+        };
+        self.send_cancel(request_id, &p.executor);
+    }
+
+    /// Tells `executor` to stop generating `request_id`.
+    fn send_cancel(&self, request_id: &str, executor: &str) {
+        let msg = ControlMessage {
+            v: TRANSPORT_VERSION,
+            executor_id: executor.to_string(),
+            command: ControlCommand::Cancel {
+                request_id: request_id.to_string(),
+            },
+        };
+        let kafka = self.kafka.clone();
+        let partition = kafka.topics().control_partition(self.slot);
+        self.rt.spawn(async move {
+            let topic = kafka.topics().control.clone();
+            if let Err(e) = kafka
+                .send(&topic, Some(partition), &msg.executor_id, &msg.encode())
+                .await
+            {
+                tracing::warn!(error = %e, "could not send a cancel; the executor finishes the request for nobody");
+            }
+        });
+    }
+}
+
+impl Artifact for RemoteBackend {
+    fn info(&self) -> &ModelInfo {
+        &self.inner.info
+    }
+    fn tokenizer(&self) -> &ModelTokenizer {
+        &self.inner.tokenizer
+    }
+    fn chat_template(&self) -> &ChatTemplate {
+        &self.inner.chat_template
+    }
+    fn model_limits(&self) -> RequestLimits {
+        let i = &self.inner.info;
+        RequestLimits {
+            context_window: i.context_window,
+            max_input_tokens: i.context_window,
+            max_output_tokens: i.context_window,
+            vocab_size: i.vocab_size,
+        }
+    }
+}
+
+impl Backend for RemoteBackend {
+    fn stats(&self) -> EngineStats {
+        self.inner
+            .view
+            .lock()
+            .unwrap()
+            .stats(&self.inner.info.identity.sha256, Instant::now())
+    }
+
+    fn submit(&self, request: ValidRequest) -> Result<RequestHandle, EngineError> {
+        let inner = &self.inner;
+        let demand = request.prompt().len() + request.params().max_tokens;
+        // Prefer the executor whose cache holds this prompt's prefix (the
+        // conversation's earlier turns, a shared system prompt).
+        let blocks = prefix::block_hashes(request.prompt());
+        let preferred = inner
+            .prefixes
+            .lock()
+            .unwrap()
+            .preferred(&blocks)
+            .map(str::to_string);
+        let choice = inner
+            .view
+            .lock()
+            .unwrap()
+            .pick_preferring(
+                &inner.info.identity.sha256,
+                demand,
+                Instant::now(),
+                preferred.as_deref(),
+            )
+            .ok_or_else(|| EngineError::Remote {
+                code: "not_ready".into(),
+                message: "no executor serving this model is ready".into(),
+            })?;
+        let n = inner.next.fetch_add(1, Ordering::Relaxed);
+        let request_id = format!("{}-{}-{n}", inner.instance, inner.nonce);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut job = JobMessage {
+            v: TRANSPORT_VERSION,
+            request_id: request_id.clone(),
+            executor_id: choice.executor_id.clone(),
+            model_sha256: inner.info.identity.sha256.clone(),
+            reply_partition: 0,
+            prompt: request.prompt().to_vec(),
+            sampling: wire::sampling_to_wire(request.params()),
+            lane: wire::lane_to_wire(request.lane()).into(),
+            tenant: request.tenant().0.clone(),
+            sent_unix_ms: unix_ms(),
+        };
+        inner
+            .prefixes
+            .lock()
+            .unwrap()
+            .record(&blocks, &choice.executor_id);
+        let partition = inner.route(&mut job, choice.slot);
+        inner.pending.lock().unwrap().insert(
+            request_id.clone(),
+            Pending {
+                events: tx,
+                executor: choice.executor_id.clone(),
+                job: job.clone(),
+                tried: vec![choice.executor_id.clone()],
+                delivered: false,
+                next_seq: 0,
+                last_heard: Instant::now(),
+            },
+        );
+        inner.send_job(job, partition);
+        let weak = Arc::downgrade(inner);
+        Ok(RequestHandle::external(SeqId(n), rx, move || {
+            if let Some(i) = weak.upgrade() {
+                i.cancel(&request_id);
+            }
+        }))
+    }
+
+    /// Ready once some executor serving this model reports ready.
+    fn warm_up(&self) -> Result<(), EngineError> {
+        while !self.any_ready() {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    fn kind(&self) -> &'static str {
+        "kafka"
+    }
+
+    fn executors(&self) -> Vec<(Entry, bool)> {
+        RemoteBackend::executors(self)
+    }
+}

@@ -1,0 +1,64 @@
+//! Artifacts beside the primary and the capacity profile in force: loading a
+//! revision's model file (unless the same bytes are loaded already), and
+//! putting the profile recorded for the primary artifact into admission,
+//! again after each read-model refresh.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use stoker_executor::{Engine, LoadOptions, Model};
+
+use crate::backend::Served;
+use crate::state::AppState;
+
+/// Loads and warms up the model at `path` next to the primary, unless an
+/// artifact with the same hash is loaded already.
+pub async fn load_artifact(state: &AppState, path: &Path) -> anyhow::Result<Arc<Served>> {
+    let st = state.clone();
+    let path = path.to_path_buf();
+    tokio::task::spawn_blocking(move || -> anyhow::Result<Arc<Served>> {
+        let model = Model::load(&path, LoadOptions::default())
+            .with_context(|| format!("loading model {}", path.display()))?;
+        if let Some(s) = st.model_by_sha(&model.identity.sha256) {
+            return Ok(s);
+        }
+        let engine = Arc::new(
+            Engine::start(model, st.config.engine_config()).context("starting the engine")?,
+        );
+        engine.warm_up().context("warm-up generation")?;
+        Ok(st.install(engine))
+    })
+    .await
+    .context("model loader panicked")?
+}
+
+/// Puts in force the capacity profile recorded for the primary artifact (or
+/// the static limits when there is none). Reads only the in-memory views.
+pub async fn apply_capacity_profile(state: &AppState) {
+    let (Some(c), Some(served)) = (state.control(), state.served()) else {
+        return;
+    };
+    // Under the read lock, without cloning every read model.
+    let profile = {
+        let views = c.cp.projector().views().await;
+        crate::admission::envelope::select(&views, &served.provenance.sha256)
+    };
+    state.admission.set_profile(profile);
+}
+
+/// Re-applies the capacity profile after each read-model refresh, so a
+/// profile recorded by another API instance takes effect here too.
+pub fn spawn_profile_watch(state: &AppState) {
+    let every = Duration::from_millis(state.config.control.refresh_interval_ms.max(50));
+    let state = state.clone();
+    tokio::spawn(async move {
+        let mut t = tokio::time::interval(every);
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            t.tick().await;
+            apply_capacity_profile(&state).await;
+        }
+    });
+}

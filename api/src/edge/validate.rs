@@ -1,0 +1,497 @@
+//! Turns OpenAI request bodies into engine requests, with the deployment's
+//! limits. Features we do not serve are refused by name (400), never ignored;
+//! fields we do not know are ignored, as OpenAI clients expect. Validation
+//! tokenizes with the served revision's tokenizer, so the context-window check
+//! counts real tokens.
+
+use std::time::Duration;
+
+use axum::http::HeaderMap;
+use serde_json::Value;
+use stoker_executor::chat_template::{ChatMessage, RenderOptions, TemplateError};
+use stoker_executor::{Lane, SamplingParams, TenantId, ValidRequest};
+use stoker_schemas::openai::{
+    ChatCompletionRequest, CompletionRequest, MessageContent, PromptSpec, StopSpec,
+};
+
+use crate::edge::routing::Target;
+use crate::error::{ApiError, truncate};
+
+/// Longest `user` value accepted.
+pub const MAX_USER_BYTES: usize = 256;
+/// Most messages in one conversation.
+pub const MAX_MESSAGES: usize = 4096;
+/// Longest deadline a client may ask for.
+pub const MAX_DEADLINE: Duration = Duration::from_secs(24 * 3600);
+/// `max_tokens` of a completion when the client sends none (OpenAI's default).
+pub const COMPLETION_DEFAULT_MAX_TOKENS: usize = 16;
+
+/// A request ready for admission and the engine.
+#[derive(Debug)]
+pub struct Prepared {
+    pub request: ValidRequest,
+    pub stream: bool,
+    pub include_usage: bool,
+}
+
+impl Prepared {
+    pub fn prompt_tokens(&self) -> usize {
+        self.request.prompt().len()
+    }
+    pub fn max_tokens(&self) -> usize {
+        self.request.params().max_tokens
+    }
+}
+
+/// The sampling fields chat and completions share.
+struct Common<'a> {
+    stream: Option<bool>,
+    include_usage: Option<bool>,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    top_k: Option<i64>,
+    seed: Option<i64>,
+    stop: Option<StopSpec>,
+    user: Option<&'a str>,
+    n: Option<i64>,
+    presence_penalty: Option<f64>,
+    frequency_penalty: Option<f64>,
+    logit_bias: Option<&'a Value>,
+    service_tier: Option<&'a str>,
+    ignore_eos: Option<bool>,
+}
+
+/// `service_tier`: `flex` runs in the batch lane (it yields to interactive
+/// traffic and skips edge admission); `auto`, `default` and none are
+/// interactive. Anything else is refused by name rather than served at a
+/// tier the client did not ask for.
+fn lane_of(tier: Option<&str>) -> Result<Lane, ApiError> {
+    match tier {
+        None | Some("auto") | Some("default") => Ok(Lane::Interactive),
+        Some("flex") => Ok(Lane::Batch),
+        Some(other) => Err(ApiError::invalid(
+            format!(
+                "`service_tier` must be one of auto, default, flex; got `{}`",
+                truncate(other, 32)
+            ),
+            "service_tier",
+        )),
+    }
+}
+
+fn common_params(c: &Common<'_>) -> Result<SamplingParams, ApiError> {
+    match c.n {
+        None | Some(1) => {}
+        Some(n) if n < 1 => return Err(ApiError::invalid("`n` must be at least 1", "n")),
+        Some(_) => return Err(ApiError::unsupported("n", "more than one choice (n > 1)")),
+    }
+    for (name, v) in [
+        ("presence_penalty", c.presence_penalty),
+        ("frequency_penalty", c.frequency_penalty),
+    ] {
+        match v {
+            None => {}
+            Some(0.0) => {}
+            Some(x) if !x.is_finite() || !(-2.0..=2.0).contains(&x) => {
+                return Err(ApiError::invalid(
+                    format!("`{name}` must be between -2 and 2"),
+                    name,
+                ));
+            }
+            Some(_) => return Err(ApiError::unsupported(name, "a non-zero penalty")),
+        }
+    }
+    if let Some(b) = c.logit_bias {
+        let empty = b.is_null() || b.as_object().is_some_and(|o| o.is_empty());
+        if !empty {
+            return Err(ApiError::unsupported("logit_bias", "logit bias"));
+        }
+    }
+    if let Some(u) = c.user
+        && u.len() > MAX_USER_BYTES
+    {
+        return Err(ApiError::invalid(
+            format!("`user` must be at most {MAX_USER_BYTES} bytes"),
+            "user",
+        ));
+    }
+    let temperature = c.temperature.unwrap_or(1.0);
+    let top_p = c.top_p.unwrap_or(1.0);
+    let top_k = match c.top_k {
+        None | Some(0) | Some(-1) => None,
+        Some(k) if k >= 1 => Some(k.min(u32::MAX as i64) as usize),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "`top_k` must be -1 or 0 (disabled) or at least 1",
+                "top_k",
+            ));
+        }
+    };
+    let stop = c.stop.clone().map(StopSpec::into_vec).unwrap_or_default();
+    Ok(SamplingParams {
+        // Range checks happen in ValidRequest::new; non-finite f64 values
+        // stay non-finite as f32 and are refused there.
+        temperature: temperature as f32,
+        top_p: top_p as f32,
+        top_k,
+        seed: c.seed.map(|s| s as u64),
+        max_tokens: 0,
+        stop,
+        stop_token_ids: Vec::new(),
+        stop_at_eos: !c.ignore_eos.unwrap_or(false),
+    })
+}
+
+fn max_tokens(v: Option<i64>, param: &str) -> Result<Option<usize>, ApiError> {
+    match v {
+        None => Ok(None),
+        Some(n) if n < 1 => Err(ApiError::invalid(
+            format!("`{param}` must be at least 1"),
+            param,
+        )),
+        Some(n) => Ok(Some(n as usize)),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    prompt: Vec<u32>,
+    mut params: SamplingParams,
+    requested_max: Option<usize>,
+    default_max: Option<usize>,
+    stream: bool,
+    include_usage: Option<bool>,
+    lane: Lane,
+    tenant: &str,
+    t: &Target,
+) -> Result<Prepared, ApiError> {
+    let l = &t.limits;
+    params.max_tokens = match requested_max.or(default_max) {
+        Some(n) => n,
+        // Like vLLM: fill the context, within the deployment's output cap.
+        None => l
+            .context_window
+            .saturating_sub(prompt.len())
+            .min(l.max_output_tokens)
+            .max(1),
+    };
+    if include_usage.is_some() && !stream {
+        return Err(ApiError::invalid(
+            "`stream_options` is only allowed when `stream` is true",
+            "stream_options",
+        ));
+    }
+    // The context window is the first limit a client meets; name it even
+    // when max_tokens alone also passes the output cap.
+    if prompt.len() + params.max_tokens > l.context_window {
+        return Err(stoker_executor::ValidationError::ContextLengthExceeded {
+            prompt: prompt.len(),
+            max_tokens: params.max_tokens,
+            context: l.context_window,
+        }
+        .into());
+    }
+    let request = ValidRequest::new(prompt, params, lane, TenantId(tenant.to_string()), l)?;
+    Ok(Prepared {
+        request,
+        stream,
+        include_usage: include_usage.unwrap_or(false),
+    })
+}
+
+fn template_error(e: TemplateError) -> ApiError {
+    match e {
+        TemplateError::Raised(m) => ApiError::invalid(
+            format!("the chat template rejected the conversation: {m}"),
+            "messages",
+        ),
+        TemplateError::ResourceLimit(m) => ApiError::invalid(
+            format!("the conversation is too large to render: {m}"),
+            "messages",
+        ),
+        other => ApiError::Internal(other.to_string()),
+    }
+}
+
+pub fn chat(req: ChatCompletionRequest, tenant: &str, t: &Target) -> Result<Prepared, ApiError> {
+    let c = Common {
+        stream: req.stream,
+        include_usage: req.stream_options.as_ref().and_then(|o| o.include_usage),
+        temperature: req.temperature,
+        top_p: req.top_p,
+        top_k: req.top_k,
+        seed: req.seed,
+        stop: req.stop.clone(),
+        user: req.user.as_deref(),
+        n: req.n,
+        presence_penalty: req.presence_penalty,
+        frequency_penalty: req.frequency_penalty,
+        logit_bias: req.logit_bias.as_ref(),
+        service_tier: req.service_tier.as_deref(),
+        ignore_eos: req.ignore_eos,
+    };
+    let params = common_params(&c)?;
+    let lane = lane_of(c.service_tier)?;
+    let not_null = |v: &Option<Value>| v.as_ref().is_some_and(|v| !v.is_null());
+    if not_null(&req.tools)
+        && req
+            .tools
+            .as_ref()
+            .and_then(Value::as_array)
+            .is_none_or(|a| !a.is_empty())
+    {
+        return Err(ApiError::unsupported("tools", "tool calling"));
+    }
+    if not_null(&req.functions) {
+        return Err(ApiError::unsupported("functions", "function calling"));
+    }
+    if let Some(tc) = &req.tool_choice
+        && !(tc.is_null() || tc == "none" || tc == "auto")
+    {
+        return Err(ApiError::unsupported("tool_choice", "tool calling"));
+    }
+    if let Some(rf) = &req.response_format {
+        let kind = rf.get("type").and_then(Value::as_str);
+        if !(rf.is_null() || kind == Some("text")) {
+            return Err(ApiError::unsupported(
+                "response_format",
+                "a response format other than `text`",
+            ));
+        }
+    }
+    if req.logprobs == Some(true) || req.top_logprobs.is_some_and(|n| n > 0) {
+        return Err(ApiError::unsupported("logprobs", "log probabilities"));
+    }
+    let prompt = chat_prompt(&req.messages, true, t)?;
+    let requested = match max_tokens(req.max_completion_tokens, "max_completion_tokens")? {
+        Some(n) => Some(n),
+        None => max_tokens(req.max_tokens, "max_tokens")?,
+    };
+    finish(
+        prompt,
+        params,
+        requested,
+        None,
+        c.stream.unwrap_or(false),
+        c.include_usage,
+        lane,
+        tenant,
+        t,
+    )
+}
+
+/// A conversation rendered with the served model's chat template and tokenized, as
+/// the chat route and `POST /tokenize` see it. Roles and content parts are checked
+/// here; what is not served is refused by name.
+pub fn chat_prompt(
+    messages_in: &[stoker_schemas::openai::ChatMessageIn],
+    add_generation_prompt: bool,
+    t: &Target,
+) -> Result<Vec<u32>, ApiError> {
+    if messages_in.is_empty() {
+        return Err(ApiError::invalid(
+            "`messages` must not be empty",
+            "messages",
+        ));
+    }
+    if messages_in.len() > MAX_MESSAGES {
+        return Err(ApiError::invalid(
+            format!("at most {MAX_MESSAGES} messages are allowed"),
+            "messages",
+        ));
+    }
+    let mut messages = Vec::with_capacity(messages_in.len());
+    for (i, m) in messages_in.iter().enumerate() {
+        let role = match m.role.as_str() {
+            "system" | "developer" => "system",
+            "user" => "user",
+            "assistant" => "assistant",
+            "tool" | "function" => {
+                return Err(ApiError::unsupported(
+                    &format!("messages[{i}].role"),
+                    "the `tool` role",
+                ));
+            }
+            _ => {
+                return Err(ApiError::invalid(
+                    format!(
+                        "`messages[{i}].role` must be one of system, developer, user, assistant"
+                    ),
+                    format!("messages[{i}].role"),
+                ));
+            }
+        };
+        if m.tool_calls.as_ref().is_some_and(|v| !v.is_null()) {
+            return Err(ApiError::unsupported(
+                &format!("messages[{i}].tool_calls"),
+                "tool calls",
+            ));
+        }
+        let content = match &m.content {
+            Some(MessageContent::Text(t)) => t.clone(),
+            Some(MessageContent::Parts(parts)) => {
+                let mut text = String::new();
+                for (j, p) in parts.iter().enumerate() {
+                    let param = format!("messages[{i}].content[{j}]");
+                    match (p.kind.as_str(), &p.text) {
+                        ("text", Some(t)) => text.push_str(t),
+                        ("text", None) => {
+                            return Err(ApiError::MissingField {
+                                message: format!("missing required field `{param}.text`"),
+                                param: format!("{param}.text"),
+                            });
+                        }
+                        (other, _) => {
+                            return Err(ApiError::unsupported(
+                                &format!("{param}.type"),
+                                &format!("content of type `{}`", truncate(other, 32)),
+                            ));
+                        }
+                    }
+                }
+                text
+            }
+            None => {
+                return Err(ApiError::MissingField {
+                    message: format!("missing required field `messages[{i}].content`"),
+                    param: format!("messages[{i}].content"),
+                });
+            }
+        };
+        messages.push(ChatMessage::new(role, content));
+    }
+    let text = t
+        .served
+        .artifact
+        .chat_template()
+        .render_prompt(
+            &messages,
+            &RenderOptions {
+                add_generation_prompt,
+                ..RenderOptions::default()
+            },
+        )
+        .map_err(template_error)?;
+    t.served
+        .artifact
+        .tokenizer()
+        .encode_chat(&text)
+        .map_err(|e| ApiError::Internal(e.to_string()))
+}
+
+/// Token ids of a completion prompt: the text's tokens (special-token strings become
+/// their ids), with the model's BOS (and EOS) when `add_special` is set and its
+/// metadata asks for them (`tokenizer.ggml.add_bos_token`), as llama.cpp does for a
+/// completion.
+pub fn encode_prompt(
+    tok: &stoker_executor::tokenizer::ModelTokenizer,
+    text: &str,
+    add_special: bool,
+) -> Result<Vec<u32>, ApiError> {
+    tok.encode_with(
+        text,
+        stoker_executor::tokenizer::EncodeOptions {
+            add_special,
+            parse_special: true,
+        },
+    )
+    .map_err(|e| ApiError::Internal(e.to_string()))
+}
+
+/// Caller-given token ids, each checked against the vocabulary (`param` names the field).
+pub fn token_ids(v: &[i64], vocab_size: usize, param: &str) -> Result<Vec<u32>, ApiError> {
+    v.iter()
+        .map(|&id| {
+            if id < 0 || id as usize >= vocab_size {
+                Err(ApiError::invalid(
+                    format!("token id {id} is outside the vocabulary of {vocab_size} tokens"),
+                    param,
+                ))
+            } else {
+                Ok(id as u32)
+            }
+        })
+        .collect()
+}
+
+pub fn completion(req: CompletionRequest, tenant: &str, t: &Target) -> Result<Prepared, ApiError> {
+    let c = Common {
+        stream: req.stream,
+        include_usage: req.stream_options.as_ref().and_then(|o| o.include_usage),
+        temperature: req.temperature,
+        top_p: req.top_p,
+        top_k: req.top_k,
+        seed: req.seed,
+        stop: req.stop.clone(),
+        user: req.user.as_deref(),
+        n: req.n,
+        presence_penalty: req.presence_penalty,
+        frequency_penalty: req.frequency_penalty,
+        logit_bias: req.logit_bias.as_ref(),
+        service_tier: req.service_tier.as_deref(),
+        ignore_eos: req.ignore_eos,
+    };
+    let params = common_params(&c)?;
+    let lane = lane_of(c.service_tier)?;
+    if req.best_of.is_some_and(|b| b > 1) {
+        return Err(ApiError::unsupported("best_of", "best_of > 1"));
+    }
+    if req.echo == Some(true) {
+        return Err(ApiError::unsupported("echo", "echoing the prompt"));
+    }
+    if req.suffix.as_ref().is_some_and(|s| !s.is_empty()) {
+        return Err(ApiError::unsupported("suffix", "a suffix (insertion)"));
+    }
+    if req.logprobs.is_some() {
+        return Err(ApiError::unsupported("logprobs", "log probabilities"));
+    }
+    let tok = t.served.artifact.tokenizer();
+    let encode = |text: &str| encode_prompt(tok, text, true);
+    let ids = |v: &[i64]| token_ids(v, t.limits.vocab_size, "prompt");
+    let many = || ApiError::unsupported("prompt", "more than one prompt per request");
+    let prompt = match &req.prompt {
+        PromptSpec::Text(t) => encode(t)?,
+        PromptSpec::Texts(v) => match v.as_slice() {
+            [t] => encode(t)?,
+            [] => Vec::new(),
+            _ => return Err(many()),
+        },
+        PromptSpec::Tokens(v) => ids(v)?,
+        PromptSpec::TokenLists(v) => match v.as_slice() {
+            [t] => ids(t)?,
+            [] => Vec::new(),
+            _ => return Err(many()),
+        },
+    };
+    finish(
+        prompt,
+        params,
+        max_tokens(req.max_tokens, "max_tokens")?,
+        Some(COMPLETION_DEFAULT_MAX_TOKENS),
+        c.stream.unwrap_or(false),
+        c.include_usage,
+        lane,
+        tenant,
+        t,
+    )
+}
+
+/// `x-stoker-deadline-ms`: how long the client will wait for the first token.
+pub fn deadline(headers: &HeaderMap) -> Result<Option<Duration>, ApiError> {
+    const H: &str = "x-stoker-deadline-ms";
+    let Some(v) = headers.get(H) else {
+        return Ok(None);
+    };
+    let ms = v
+        .to_str()
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .filter(|&ms| ms > 0)
+        .ok_or_else(|| {
+            ApiError::invalid(
+                format!("`{H}` must be a positive integer of milliseconds"),
+                H,
+            )
+        })?;
+    Ok(Some(Duration::from_millis(ms).min(MAX_DEADLINE)))
+}

@@ -1,0 +1,222 @@
+//! The Batch API (`/v1/batches`): create from an uploaded file, read, list
+//! with cursor paging, cancel. The batch's lifecycle is events in the control
+//! plane (its history is in the audit API); the row counts of a running
+//! batch come from its shard checkpoints.
+
+use std::collections::BTreeMap;
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use stoker_controlplane::batch::{CreateBatch, Listed};
+use stoker_schemas::batch::{
+    Batch, BatchError, BatchErrors, BatchList, BatchRequestCounts, CreateBatchRequest,
+};
+
+use super::files::batches;
+use crate::auth::{Principal, Scope};
+use crate::error::ApiError;
+use crate::http::extract::{ApiJson, ApiPath, ApiQuery};
+use crate::state::AppState;
+
+/// Most metadata pairs, and their key and value lengths (OpenAI's limits).
+const MAX_METADATA: usize = 16;
+const MAX_METADATA_KEY: usize = 64;
+const MAX_METADATA_VALUE: usize = 512;
+
+fn ts(t: Option<DateTime<Utc>>) -> Option<i64> {
+    t.map(|t| t.timestamp())
+}
+
+/// The OpenAI `batch` object.
+pub fn batch_object(l: &Listed) -> Batch {
+    let v = &l.view;
+    let when = |status: &str| {
+        if v.status == status {
+            ts(v.ended_at)
+        } else {
+            None
+        }
+    };
+    Batch {
+        id: v.batch_id.clone(),
+        object: "batch".into(),
+        endpoint: v.endpoint.clone(),
+        errors: v.error.as_ref().map(|(code, message)| BatchErrors {
+            object: "list".into(),
+            data: vec![BatchError {
+                code: code.clone(),
+                message: message.clone(),
+                param: None,
+                line: None,
+            }],
+        }),
+        input_file_id: v.input_file_id.clone(),
+        completion_window: v.completion_window.clone(),
+        status: v.status.clone(),
+        output_file_id: v.output_file_id.clone(),
+        error_file_id: v.error_file_id.clone(),
+        created_at: v.created_at.timestamp(),
+        in_progress_at: ts(v.in_progress_at),
+        expires_at: Some(v.expires_at),
+        finalizing_at: ts(v.finalizing_at),
+        completed_at: when("completed"),
+        failed_at: when("failed"),
+        expired_at: when("expired"),
+        cancelling_at: ts(v.cancelling_at),
+        cancelled_at: when("cancelled"),
+        request_counts: BatchRequestCounts {
+            total: v.total_rows,
+            completed: l.completed,
+            failed: l.failed,
+        },
+        metadata: (!v.metadata.is_empty()).then(|| v.metadata.clone()),
+    }
+}
+
+fn check_metadata(m: &BTreeMap<String, String>) -> Result<(), ApiError> {
+    if m.len() > MAX_METADATA {
+        return Err(ApiError::invalid(
+            format!("`metadata` may hold at most {MAX_METADATA} pairs"),
+            "metadata",
+        ));
+    }
+    for (k, v) in m {
+        if k.chars().count() > MAX_METADATA_KEY || v.chars().count() > MAX_METADATA_VALUE {
+            return Err(ApiError::invalid(
+                format!(
+                    "`metadata` keys are at most {MAX_METADATA_KEY} characters and values at most \
+                     {MAX_METADATA_VALUE}"
+                ),
+                "metadata",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Creates a batch over an uploaded file.
+#[utoipa::path(
+    post,
+    path = "/v1/batches",
+    tag = "batch",
+    request_body = CreateBatchRequest,
+    responses(
+        (status = 200, description = "The batch, already in_progress", body = Batch),
+        (status = 400, description = "Bad endpoint, window or metadata; lines whose url differs (named); a batch larger than the whole backlog", body = stoker_schemas::error::ErrorBody),
+        (status = 404, description = "Unknown input file (`file_not_found`)", body = stoker_schemas::error::ErrorBody),
+        (status = 429, description = "The backlog of open batches is full (`batch_backlog_full`); see Retry-After", body = stoker_schemas::error::ErrorBody),
+    )
+)]
+pub async fn create(
+    State(state): State<AppState>,
+    principal: Principal,
+    ApiJson(body): ApiJson<CreateBatchRequest>,
+) -> Result<Response, ApiError> {
+    principal.require(Scope::Batch)?;
+    let metadata = body.metadata.unwrap_or_default();
+    check_metadata(&metadata)?;
+    let req = CreateBatch {
+        input_file_id: body.input_file_id,
+        endpoint: body.endpoint,
+        completion_window: body.completion_window,
+        metadata,
+    };
+    let l = batches(&state)?
+        .create(&principal.tenant, &principal.name, req)
+        .await?;
+    Ok(axum::Json(batch_object(&l)).into_response())
+}
+
+/// One batch, with its live row counts.
+#[utoipa::path(
+    get,
+    path = "/v1/batches/{id}",
+    tag = "batch",
+    params(("id" = String, Path)),
+    responses(
+        (status = 200, description = "The batch", body = Batch),
+        (status = 404, description = "No such batch for this tenant (`batch_not_found`)", body = stoker_schemas::error::ErrorBody),
+    )
+)]
+pub async fn get(
+    State(state): State<AppState>,
+    principal: Principal,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Response, ApiError> {
+    principal.require(Scope::Batch)?;
+    let l = batches(&state)?.get(&principal.tenant, &id).await?;
+    Ok(axum::Json(batch_object(&l)).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ListQuery {
+    pub after: Option<String>,
+    pub limit: Option<usize>,
+}
+
+/// The caller's batches, newest first; `after` a batch id, `limit` 1 to 100.
+#[utoipa::path(
+    get,
+    path = "/v1/batches",
+    tag = "batch",
+    params(("after" = Option<String>, Query), ("limit" = Option<usize>, Query)),
+    responses(
+        (status = 200, description = "A page of batches", body = BatchList),
+        (status = 400, description = "A limit outside 1 to 100", body = stoker_schemas::error::ErrorBody),
+        (status = 404, description = "`after` names no batch", body = stoker_schemas::error::ErrorBody),
+    )
+)]
+pub async fn list(
+    State(state): State<AppState>,
+    principal: Principal,
+    ApiQuery(q): ApiQuery<ListQuery>,
+) -> Result<Response, ApiError> {
+    principal.require(Scope::Batch)?;
+    let limit = match q.limit {
+        None => 20,
+        Some(n @ 1..=100) => n,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "`limit` must be between 1 and 100",
+                "limit",
+            ));
+        }
+    };
+    let (page, has_more) = batches(&state)?
+        .list(&principal.tenant, q.after.as_deref(), limit)
+        .await?;
+    Ok(axum::Json(BatchList {
+        object: "list".into(),
+        first_id: page.first().map(|l| l.view.batch_id.clone()),
+        last_id: page.last().map(|l| l.view.batch_id.clone()),
+        has_more,
+        data: page.iter().map(batch_object).collect(),
+    })
+    .into_response())
+}
+
+/// Cancels a batch: running rows stop, completed ones are kept.
+#[utoipa::path(
+    post,
+    path = "/v1/batches/{id}/cancel",
+    tag = "batch",
+    params(("id" = String, Path)),
+    responses(
+        (status = 200, description = "The batch, cancelling", body = Batch),
+        (status = 404, description = "No such batch (`batch_not_found`)", body = stoker_schemas::error::ErrorBody),
+        (status = 409, description = "The batch has already ended", body = stoker_schemas::error::ErrorBody),
+    )
+)]
+pub async fn cancel(
+    State(state): State<AppState>,
+    principal: Principal,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Response, ApiError> {
+    principal.require(Scope::Batch)?;
+    let l = batches(&state)?
+        .cancel(&principal.tenant, &principal.name, &id)
+        .await?;
+    Ok(axum::Json(batch_object(&l)).into_response())
+}

@@ -1,0 +1,200 @@
+//! `POST /v1/chat/completions` and `POST /v1/completions`.
+
+use axum::Extension;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use stoker_executor::Lane;
+use stoker_schemas::openai::{
+    ChatChoice, ChatCompletion, ChatCompletionRequest, ChatMessageOut, Completion,
+    CompletionChoice, CompletionRequest,
+};
+
+use crate::auth::{Principal, Scope};
+use crate::edge::generate;
+use crate::edge::reqlog::LogSlot;
+use crate::edge::routing::{self, Target};
+use crate::edge::validate::{self, Prepared};
+use crate::error::ApiError;
+use crate::http::extract::ApiJson;
+use crate::http::sse::{self, Envelope, Kind};
+use crate::state::{AppState, unix_now};
+
+/// Create a chat completion (streaming with `stream: true`).
+#[utoipa::path(
+    post,
+    path = "/v1/chat/completions",
+    tag = "openai",
+    request_body = ChatCompletionRequest,
+    params(("x-stoker-deadline-ms" = Option<u64>, Header,
+        description = "Refuse at once (503 deadline_infeasible) if the first token cannot come within this many ms")),
+    responses(
+        (status = 200, description = "A completion, or an SSE stream of chunks when `stream` is true",
+            content(
+                (ChatCompletion = "application/json"),
+                (stoker_schemas::openai::ChatCompletionChunk = "text/event-stream"),
+            )),
+        (status = 400, description = "Invalid request", body = stoker_schemas::error::ErrorBody),
+        (status = 401, description = "Missing or bad API key", body = stoker_schemas::error::ErrorBody),
+        (status = 403, description = "Key lacks the inference scope", body = stoker_schemas::error::ErrorBody),
+        (status = 404, description = "Unknown model", body = stoker_schemas::error::ErrorBody),
+        (status = 413, description = "Body too large", body = stoker_schemas::error::ErrorBody),
+        (status = 503, description = "Overloaded, deadline infeasible or not ready; see Retry-After", body = stoker_schemas::error::ErrorBody),
+    )
+)]
+pub async fn chat_completions(
+    State(state): State<AppState>,
+    Extension(slot): Extension<LogSlot>,
+    principal: Principal,
+    headers: HeaderMap,
+    ApiJson(req): ApiJson<ChatCompletionRequest>,
+) -> Result<Response, ApiError> {
+    principal.require(Scope::Inference)?;
+    slot.tenant(&principal.tenant);
+    let target = route(&state, &slot, &req.model, req.user.as_deref()).await?;
+    let deadline = validate::deadline(&headers)?;
+    let prepared = validate::chat(req, &principal.tenant, &target)?;
+    run(state.clone(), target, slot, prepared, deadline, Kind::Chat).await
+}
+
+/// Picks the revision by the deployment's rollout, keyed by `user` (or the
+/// request id when absent) so one user stays on one revision.
+async fn route(
+    state: &AppState,
+    slot: &LogSlot,
+    model: &str,
+    user: Option<&str>,
+) -> Result<Target, ApiError> {
+    let key = user.unwrap_or(&slot.request_id);
+    let target = routing::target(state, model, key).await?;
+    slot.routed(&target);
+    Ok(target)
+}
+
+/// Create a text completion (streaming with `stream: true`).
+#[utoipa::path(
+    post,
+    path = "/v1/completions",
+    tag = "openai",
+    request_body = CompletionRequest,
+    params(("x-stoker-deadline-ms" = Option<u64>, Header,
+        description = "Refuse at once (503 deadline_infeasible) if the first token cannot come within this many ms")),
+    responses(
+        (status = 200, description = "A completion, or an SSE stream of completion chunks when `stream` is true",
+            content(
+                (Completion = "application/json"),
+                (Completion = "text/event-stream"),
+            )),
+        (status = 400, description = "Invalid request", body = stoker_schemas::error::ErrorBody),
+        (status = 401, description = "Missing or bad API key", body = stoker_schemas::error::ErrorBody),
+        (status = 404, description = "Unknown model", body = stoker_schemas::error::ErrorBody),
+        (status = 413, description = "Body too large", body = stoker_schemas::error::ErrorBody),
+        (status = 503, description = "Overloaded, deadline infeasible or not ready; see Retry-After", body = stoker_schemas::error::ErrorBody),
+    )
+)]
+pub async fn completions(
+    State(state): State<AppState>,
+    Extension(slot): Extension<LogSlot>,
+    principal: Principal,
+    headers: HeaderMap,
+    ApiJson(req): ApiJson<CompletionRequest>,
+) -> Result<Response, ApiError> {
+    principal.require(Scope::Inference)?;
+    slot.tenant(&principal.tenant);
+    let target = route(&state, &slot, &req.model, req.user.as_deref()).await?;
+    let deadline = validate::deadline(&headers)?;
+    let prepared = validate::completion(req, &principal.tenant, &target)?;
+    run(
+        state.clone(),
+        target,
+        slot,
+        prepared,
+        deadline,
+        Kind::Completion,
+    )
+    .await
+}
+
+async fn run(
+    state: AppState,
+    target: Target,
+    slot: LogSlot,
+    prepared: Prepared,
+    deadline: Option<std::time::Duration>,
+    kind: Kind,
+) -> Result<Response, ApiError> {
+    let served = &target.served;
+    slot.admitted(prepared.request.lane(), prepared.prompt_tokens());
+    // `service_tier: flex` rides the batch lane: the engine's bounded batch
+    // queue, not edge admission, limits it, so it never takes chat capacity.
+    let running = match prepared.request.lane() {
+        Lane::Batch => generate::start_batch(&state, served, prepared).await?,
+        Lane::Interactive => generate::start(&state, served, prepared, deadline).await?,
+    };
+    slot.started(running.queue);
+    let prefix = match kind {
+        Kind::Chat => "chatcmpl-",
+        Kind::Completion => "cmpl-",
+    };
+    let env = Envelope {
+        id: format!("{prefix}{}", uuid::Uuid::new_v4().simple()),
+        created: unix_now(),
+        model: target.provenance.model_id.clone(),
+        fingerprint: target.provenance.fingerprint.clone(),
+    };
+    if running.stream {
+        let mut resp = sse::response(running, state.clone(), kind, env, slot);
+        resp.extensions_mut().insert(target.provenance);
+        return Ok(resp);
+    }
+    let queue_ms = running.queue.as_millis() as u64;
+    let c = generate::collect(&env.id, running, &state, served).await?;
+    slot.finished(c.reason.as_str(), &c.usage, &c.timings);
+    let mut resp = match kind {
+        Kind::Chat => axum::Json(chat_body(env, c)).into_response(),
+        Kind::Completion => axum::Json(completion_body(env, c)).into_response(),
+    };
+    resp.headers_mut()
+        .insert("x-stoker-queue-ms", HeaderValue::from(queue_ms));
+    resp.extensions_mut().insert(target.provenance);
+    Ok(resp)
+}
+
+/// The `chat.completion` object of a finished request.
+pub fn chat_body(env: Envelope, c: generate::Collected) -> ChatCompletion {
+    ChatCompletion {
+        id: env.id,
+        object: "chat.completion".into(),
+        created: env.created,
+        model: env.model,
+        system_fingerprint: env.fingerprint,
+        choices: vec![ChatChoice {
+            index: 0,
+            message: ChatMessageOut {
+                role: "assistant".into(),
+                content: c.text,
+            },
+            finish_reason: c.reason.as_str().to_string(),
+            logprobs: None,
+        }],
+        usage: sse::usage_of(&c.usage),
+    }
+}
+
+/// The `text_completion` object of a finished request.
+pub fn completion_body(env: Envelope, c: generate::Collected) -> Completion {
+    Completion {
+        id: env.id,
+        object: "text_completion".into(),
+        created: env.created,
+        model: env.model,
+        system_fingerprint: env.fingerprint,
+        choices: vec![CompletionChoice {
+            index: 0,
+            text: c.text,
+            finish_reason: Some(c.reason.as_str().to_string()),
+            logprobs: None,
+        }],
+        usage: Some(Some(sse::usage_of(&c.usage))),
+    }
+}

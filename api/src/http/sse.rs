@@ -1,0 +1,252 @@
+//! Server-sent events in OpenAI's framing: `data: {chunk}\n\n` per chunk, a
+//! final chunk with `finish_reason`, an optional usage chunk (empty
+//! `choices`), then `data: [DONE]\n\n`. A failure after the stream started is
+//! one `event: error` frame carrying the same body as an HTTP error, and the
+//! stream ends without `[DONE]`.
+
+use std::convert::Infallible;
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderValue, header};
+use axum::response::Response;
+use futures_util::stream;
+use serde::Serialize;
+use stoker_schemas::openai::{
+    ChatChunkChoice, ChatCompletionChunk, ChatDelta, Completion, CompletionChoice, Usage,
+};
+
+use crate::edge::generate::{Running, Step};
+use crate::edge::reqlog::LogSlot;
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// Which OpenAI object the stream carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Chat,
+    Completion,
+}
+
+/// Fields every chunk of one response repeats.
+#[derive(Clone, Debug)]
+pub struct Envelope {
+    pub id: String,
+    pub created: u64,
+    pub model: String,
+    pub fingerprint: String,
+}
+
+pub fn data_frame<T: Serialize>(v: &T) -> Vec<u8> {
+    let mut out = b"data: ".to_vec();
+    // Serializing our own types cannot fail.
+    serde_json::to_writer(&mut out, v).expect("chunk serializes");
+    out.extend_from_slice(b"\n\n");
+    out
+}
+
+pub fn error_frame(e: &ApiError) -> Vec<u8> {
+    let mut out = b"event: error\ndata: ".to_vec();
+    serde_json::to_writer(&mut out, &e.body()).expect("error body serializes");
+    out.extend_from_slice(b"\n\n");
+    out
+}
+
+pub const DONE_FRAME: &[u8] = b"data: [DONE]\n\n";
+
+pub fn usage_of(u: &stoker_executor::engine::Usage) -> Usage {
+    Usage {
+        prompt_tokens: u.prompt_tokens as u64,
+        completion_tokens: u.completion_tokens as u64,
+        total_tokens: (u.prompt_tokens + u.completion_tokens) as u64,
+        prompt_tokens_details: Some(stoker_schemas::openai::PromptTokensDetails {
+            cached_tokens: u.cached_prompt_tokens as u64,
+        }),
+    }
+}
+
+/// Builds chunks of one kind.
+struct Chunker {
+    kind: Kind,
+    env: Envelope,
+    include_usage: bool,
+}
+
+impl Chunker {
+    fn usage_field(&self, u: Option<Usage>) -> Option<Option<Usage>> {
+        self.include_usage.then_some(u)
+    }
+
+    fn text(&self, text: Option<String>, role: bool, finish: Option<&str>) -> Vec<u8> {
+        match self.kind {
+            Kind::Chat => data_frame(&ChatCompletionChunk {
+                id: self.env.id.clone(),
+                object: "chat.completion.chunk".into(),
+                created: self.env.created,
+                model: self.env.model.clone(),
+                system_fingerprint: self.env.fingerprint.clone(),
+                choices: vec![ChatChunkChoice {
+                    index: 0,
+                    delta: ChatDelta {
+                        role: role.then(|| "assistant".to_string()),
+                        content: text,
+                    },
+                    finish_reason: finish.map(str::to_string),
+                    logprobs: None,
+                }],
+                usage: self.usage_field(None),
+            }),
+            Kind::Completion => data_frame(&Completion {
+                id: self.env.id.clone(),
+                object: "text_completion".into(),
+                created: self.env.created,
+                model: self.env.model.clone(),
+                system_fingerprint: self.env.fingerprint.clone(),
+                choices: vec![CompletionChoice {
+                    index: 0,
+                    text: text.unwrap_or_default(),
+                    finish_reason: finish.map(str::to_string),
+                    logprobs: None,
+                }],
+                usage: self.usage_field(None),
+            }),
+        }
+    }
+
+    fn usage(&self, u: Usage) -> Vec<u8> {
+        match self.kind {
+            Kind::Chat => data_frame(&ChatCompletionChunk {
+                id: self.env.id.clone(),
+                object: "chat.completion.chunk".into(),
+                created: self.env.created,
+                model: self.env.model.clone(),
+                system_fingerprint: self.env.fingerprint.clone(),
+                choices: Vec::new(),
+                usage: Some(Some(u)),
+            }),
+            Kind::Completion => data_frame(&Completion {
+                id: self.env.id.clone(),
+                object: "text_completion".into(),
+                created: self.env.created,
+                model: self.env.model.clone(),
+                system_fingerprint: self.env.fingerprint.clone(),
+                choices: Vec::new(),
+                usage: Some(Some(u)),
+            }),
+        }
+    }
+}
+
+struct StreamState {
+    run: Running,
+    app: AppState,
+    chunker: Chunker,
+    first: bool,
+    ended: bool,
+    log: RowOnDrop,
+}
+
+/// Writes the stream's request-log row when the stream ends or is dropped
+/// (the client went away: finish reason `cancelled`).
+struct RowOnDrop {
+    slot: LogSlot,
+    app: AppState,
+}
+
+impl Drop for RowOnDrop {
+    fn drop(&mut self) {
+        if let Some(c) = self.app.control() {
+            self.slot.with_default_finish("cancelled");
+            self.slot.write(&c.log, 200);
+        }
+    }
+}
+
+/// The streaming response. Dropping the body (client gone) drops the
+/// `Running`, which cancels the sequence and frees its KV blocks.
+pub fn response(run: Running, app: AppState, kind: Kind, env: Envelope, slot: LogSlot) -> Response {
+    let queue_ms = run.queue.as_millis() as u64;
+    let chunker = Chunker {
+        kind,
+        env,
+        include_usage: run.include_usage,
+    };
+    slot.defer();
+    let st = StreamState {
+        run,
+        log: RowOnDrop {
+            slot,
+            app: app.clone(),
+        },
+        app,
+        chunker,
+        first: true,
+        ended: false,
+    };
+    let body = stream::unfold(st, |mut st| async move {
+        if st.ended {
+            return None;
+        }
+        let mut out = Vec::new();
+        if st.first && st.chunker.kind == Kind::Chat {
+            out.extend(st.chunker.text(Some(String::new()), true, None));
+        }
+        st.first = false;
+        match st.run.next(&st.app).await {
+            Some(Step::Text(t)) => out.extend(st.chunker.text(Some(t), false, None)),
+            Some(Step::Done {
+                reason,
+                usage,
+                timings,
+            }) => {
+                if let Some(s) = st.app.served() {
+                    s.metrics
+                        .record_finished(st.run.lane, reason.as_str(), &usage, &timings);
+                }
+                st.log.slot.finished(reason.as_str(), &usage, &timings);
+                crate::edge::generate::log_finished(&st.chunker.env.id, reason, &usage, &timings);
+                let last = match st.chunker.kind {
+                    Kind::Chat => st.chunker.text(None, false, Some(reason.as_str())),
+                    Kind::Completion => {
+                        st.chunker
+                            .text(Some(String::new()), false, Some(reason.as_str()))
+                    }
+                };
+                out.extend(last);
+                if st.chunker.include_usage {
+                    out.extend(st.chunker.usage(usage_of(&usage)));
+                }
+                out.extend_from_slice(DONE_FRAME);
+                st.ended = true;
+            }
+            Some(Step::Failed(e)) => {
+                if let Some(s) = st.app.served() {
+                    s.metrics.record_rejected(e.code());
+                }
+                st.log.slot.failed(e.code());
+                tracing::warn!(
+                    request_id = %st.chunker.env.id,
+                    code = e.code(),
+                    "stream ended with an error"
+                );
+                out.extend(error_frame(&e));
+                st.ended = true;
+            }
+            None => {
+                let e = ApiError::Internal("engine ended the stream without a finish".into());
+                out.extend(error_frame(&e));
+                st.ended = true;
+            }
+        }
+        Some((Ok::<_, Infallible>(Bytes::from(out)), st))
+    });
+    let mut resp = Response::new(Body::from_stream(body));
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    h.insert("x-stoker-queue-ms", HeaderValue::from(queue_ms));
+    resp
+}

@@ -1,0 +1,354 @@
+//! The executor's side of the transport: take jobs from the partition this
+//! executor leases, run them on the in-process engine, stream the events back
+//! to the asking API instance's reply partition, act on cancels from the
+//! control topic, and publish capacity every `capacity_interval_ms`.
+//!
+//! Every job is checked again on arrival: the API routed it from a capacity
+//! view up to one report old, so a full queue or a draining executor answers
+//! a typed refusal the API passes on, never a silent drop.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use stoker_controlplane::transport::{Kafka, Lease};
+use stoker_executor::engine::EngineEvent;
+use stoker_executor::{BLOCK_SIZE, TenantId, ValidRequest};
+use stoker_schemas::transport::{
+    CapacityReport, ControlCommand, ControlMessage, JobMessage, ReplyEvent, ReplyMessage,
+    TRANSPORT_VERSION, Versioned,
+};
+use tokio::sync::oneshot;
+
+use crate::admission::Demand;
+use crate::backend::wire;
+use crate::error::ApiError;
+use crate::kafka::unix_ms;
+use crate::metrics::lane_name;
+use crate::state::{AppState, Phase};
+
+/// A running executor's transport loops.
+pub struct JobServer {
+    state: AppState,
+    kafka: Kafka,
+    executor_id: String,
+    slot: i32,
+    /// Cancel switches of the jobs running now, by request id.
+    running: Mutex<HashMap<String, oneshot::Sender<()>>>,
+    report_seq: AtomicU64,
+    /// When this executor started draining (unix ms; 0 while not).
+    drain_started_ms: AtomicU64,
+}
+
+impl JobServer {
+    /// Starts the job, control, capacity and lease loops for `lease`'s partition.
+    pub fn spawn(state: AppState, kafka: Kafka, lease: Lease) -> anyhow::Result<Arc<JobServer>> {
+        let executor_id = state.config.executor_id.clone();
+        let topics = kafka.topics().clone();
+        let jobs = kafka.assign_from_end(
+            &topics.interactive,
+            &topics.job_partitions(lease.slot),
+            &format!("stoker-executor-{executor_id}"),
+        )?;
+        let control = kafka
+            .assign_all_from_end(&topics.control, &format!("stoker-executor-{executor_id}"))?;
+        let me = Arc::new(JobServer {
+            state,
+            kafka,
+            executor_id,
+            slot: lease.slot,
+            running: Mutex::new(HashMap::new()),
+            report_seq: AtomicU64::new(0),
+            drain_started_ms: AtomicU64::new(0),
+        });
+        let rt = tokio::runtime::Handle::current();
+        {
+            let me = me.clone();
+            crate::kafka::spawn_consumer(&rt, jobs, "jobs", move |job: JobMessage| {
+                let me = me.clone();
+                tokio::spawn(async move { me.run_job(job).await });
+            });
+        }
+        {
+            let me = me.clone();
+            crate::kafka::spawn_consumer(&rt, control, "control", move |c: ControlMessage| {
+                if c.executor_id == me.executor_id {
+                    me.on_control(c)
+                }
+            });
+        }
+        {
+            let me = me.clone();
+            let every = Duration::from_millis(me.state.config.kafka.capacity_interval_ms.max(50));
+            tokio::spawn(async move {
+                let mut t = tokio::time::interval(every);
+                t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    t.tick().await;
+                    me.publish_capacity().await;
+                }
+            });
+        }
+        // Lost to another executor: this one reads nothing now, so it drains.
+        let st = me.state.clone();
+        crate::kafka::spawn_renewal(lease, move || st.request_drain());
+        Ok(me)
+    }
+
+    /// The executor slot this process leases.
+    pub fn slot(&self) -> i32 {
+        self.slot
+    }
+
+    /// How long after a drain began jobs are still taken: the API instances
+    /// may have routed them from a report that predates the drain.
+    pub fn drain_grace(&self) -> Duration {
+        Duration::from_millis(self.state.config.kafka.executor_timeout_ms.max(100))
+    }
+
+    /// Whether a job sent at `sent_unix_ms` is still taken while draining.
+    fn within_drain_grace(&self, sent_unix_ms: u64) -> bool {
+        let started = self.drain_started_ms.load(Ordering::Relaxed);
+        started > 0 && sent_unix_ms <= started + self.drain_grace().as_millis() as u64
+    }
+
+    fn on_control(&self, c: ControlMessage) {
+        match c.command {
+            ControlCommand::Cancel { request_id } => {
+                if let Some(tx) = self.running.lock().unwrap().remove(&request_id) {
+                    let _ = tx.send(());
+                }
+            }
+        }
+    }
+
+    /// This executor's capacity as the API's view needs it.
+    fn report(&self) -> Option<CapacityReport> {
+        let served = self.state.served()?;
+        let s = served.backend.stats();
+        let phase = self.state.phase();
+        Some(CapacityReport {
+            v: TRANSPORT_VERSION,
+            executor_id: self.executor_id.clone(),
+            deployment_id: self
+                .state
+                .control()
+                .map(|c| c.deployment_id.clone())
+                .unwrap_or_default(),
+            revision_id: served.provenance.revision.clone(),
+            model_sha256: served.provenance.sha256.clone(),
+            slot: self.slot,
+            ready: phase == Phase::Ready,
+            draining: phase == Phase::Draining,
+            running: s.running() as u32,
+            waiting: s.waiting() as u32,
+            waiting_tokens: s.waiting_tokens as u64,
+            kv_blocks_total: s.kv_blocks_total as u64,
+            kv_blocks_free: s.kv_blocks_free as u64,
+            block_size: BLOCK_SIZE as u32,
+            max_num_seqs: self.state.config.engine.max_num_seqs as u32,
+            tokens_per_second: s.tokens_per_second_ewma,
+            prefill_tokens_per_second: s.prefill_tokens_per_second_ewma,
+            decode_tokens_per_second: s.decode_tokens_per_second_ewma,
+            seq: self.report_seq.fetch_add(1, Ordering::Relaxed),
+            sent_unix_ms: unix_ms(),
+        })
+    }
+
+    /// Publishes one capacity report (also called at drain so the API stops
+    /// routing here before the next tick).
+    pub async fn publish_capacity(&self) {
+        if self.state.phase() == Phase::Draining {
+            let _ = self.drain_started_ms.compare_exchange(
+                0,
+                unix_ms(),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
+        let Some(r) = self.report() else { return };
+        let topics = self.kafka.topics();
+        let partition = topics.capacity_partition(self.slot);
+        if let Err(e) = self
+            .kafka
+            .send(
+                &topics.capacity,
+                Some(partition),
+                &self.executor_id,
+                &r.encode(),
+            )
+            .await
+        {
+            tracing::warn!(error = %e, "could not publish capacity");
+        }
+    }
+
+    async fn reply(&self, job: &JobMessage, seq: &mut u64, event: ReplyEvent) -> bool {
+        let msg = ReplyMessage {
+            v: TRANSPORT_VERSION,
+            request_id: job.request_id.clone(),
+            executor_id: self.executor_id.clone(),
+            seq: *seq,
+            event,
+        };
+        *seq += 1;
+        let topic = &self.kafka.topics().replies;
+        match self
+            .kafka
+            .send(
+                topic,
+                Some(job.reply_partition),
+                &job.request_id,
+                &msg.encode(),
+            )
+            .await
+        {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, request_id = %job.request_id, "could not send a reply");
+                false
+            }
+        }
+    }
+
+    /// Checks a job against this executor's state and limits.
+    fn accept(
+        &self,
+        job: &JobMessage,
+    ) -> Result<(ValidRequest, crate::admission::Ticket), ApiError> {
+        let retry = self.state.admission.retry_hint();
+        if job.executor_id != self.executor_id {
+            return Err(ApiError::NotReady {
+                message: format!(
+                    "the job was meant for executor `{}`; this partition is now read by `{}`",
+                    job.executor_id, self.executor_id
+                ),
+                retry_after: retry,
+            });
+        }
+        let served = match (self.state.phase(), self.state.served()) {
+            (Phase::Draining, Some(s)) if self.within_drain_grace(job.sent_unix_ms) => s,
+            _ => self.state.ready()?,
+        };
+        if job.model_sha256 != served.provenance.sha256 {
+            return Err(ApiError::NotReady {
+                message: format!(
+                    "executor `{}` serves another artifact than the request was validated for",
+                    self.executor_id
+                ),
+                retry_after: retry,
+            });
+        }
+        let lane = wire::lane_from_wire(&job.lane)
+            .ok_or_else(|| ApiError::invalid(format!("unknown lane `{}`", job.lane), "lane"))?;
+        let request = ValidRequest::new(
+            job.prompt.clone(),
+            wire::sampling_from_wire(&job.sampling),
+            lane,
+            TenantId(job.tenant.clone()),
+            &served.limits,
+        )
+        .map_err(ApiError::from)?;
+        let demand = Demand {
+            prompt_tokens: job.prompt.len(),
+            max_tokens: job.sampling.max_tokens as usize,
+            deadline: None,
+        };
+        let ticket = self
+            .state
+            .admission
+            .admit(demand, &served.backend.stats())?;
+        Ok((request, ticket))
+    }
+
+    async fn run_job(self: Arc<Self>, job: JobMessage) {
+        let topics = self.kafka.topics();
+        let ok = (0..topics.api_slots)
+            .any(|a| topics.reply_partition(a, self.slot) == job.reply_partition);
+        if !ok {
+            // Writing there would make this executor a second writer of
+            // another's partition: a process configured with other slot
+            // counts sent it.
+            tracing::warn!(request_id = %job.request_id, reply_partition = job.reply_partition,
+                "dropping a job whose reply partition is not this executor's; are all processes configured with the same kafka.executor_slots and kafka.api_slots?");
+            return;
+        }
+        let mut seq = 0u64;
+        let (request, mut ticket) = match self.accept(&job) {
+            Ok(v) => v,
+            Err(e) => {
+                if let Some(s) = self.state.served() {
+                    s.metrics.record_rejected(e.code());
+                }
+                self.reply(&job, &mut seq, wire::error_to_wire(&e)).await;
+                return;
+            }
+        };
+        let served = self
+            .state
+            .served()
+            .expect("accepted jobs have a served model");
+        let lane = request.lane();
+        let mut handle = match served.backend.submit(request) {
+            Ok(h) => h,
+            Err(e) => {
+                self.reply(&job, &mut seq, wire::event_to_wire(&EngineEvent::Error(e)))
+                    .await;
+                return;
+            }
+        };
+        let (cancel_tx, mut cancel_rx) = oneshot::channel();
+        self.running
+            .lock()
+            .unwrap()
+            .insert(job.request_id.clone(), cancel_tx);
+        let mut hard_stop = self.state.hard_stop();
+        loop {
+            let ev = tokio::select! {
+                ev = handle.next() => ev,
+                _ = &mut cancel_rx => {
+                    handle.cancel();
+                    continue;
+                }
+                _ = crate::edge::generate::stopped(&mut hard_stop) => {
+                    handle.cancel();
+                    let e = ApiError::NotReady {
+                        message: "the executor shut down before this request finished".into(),
+                        retry_after: self.state.admission.retry_hint(),
+                    };
+                    self.reply(&job, &mut seq, wire::error_to_wire(&e)).await;
+                    break;
+                }
+            };
+            let Some(ev) = ev else { break };
+            if let EngineEvent::Started { .. } = ev {
+                ticket.started();
+            }
+            if let EngineEvent::Finished {
+                reason,
+                usage,
+                timings,
+            } = &ev
+            {
+                served
+                    .metrics
+                    .record_finished(lane, reason.as_str(), usage, timings);
+                tracing::debug!(request_id = %job.request_id, lane = lane_name(lane), "job finished");
+            }
+            let end = matches!(ev, EngineEvent::Finished { .. } | EngineEvent::Error(_));
+            if matches!(&ev, EngineEvent::Delta { text, .. } if text.is_empty()) {
+                continue;
+            }
+            if !self.reply(&job, &mut seq, wire::event_to_wire(&ev)).await {
+                // The API cannot hear us: stop spending the engine on it.
+                handle.cancel();
+            }
+            if end {
+                break;
+            }
+        }
+        self.running.lock().unwrap().remove(&job.request_id);
+        drop(ticket);
+    }
+}

@@ -1,0 +1,142 @@
+//! What `serve.rs` runs differently per distributed role: the API loads only
+//! the tokenizer and chat template and generates through the executors; the
+//! executor adds the job server to the single-process server.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use stoker_controlplane::transport::{Kafka, Lease, LeaseKind};
+use stoker_executor::engine::ModelInfo;
+use stoker_executor::{BLOCK_SIZE, LoadOptions, Model};
+
+use crate::backend::remote::{ArtifactMeta, RemoteBackend};
+use crate::jobs::JobServer;
+use crate::kafka::{kafka_settings, spawn_renewal};
+use crate::state::AppState;
+
+fn lease_ttl(state: &AppState) -> Duration {
+    Duration::from_millis(state.config.kafka.lease_ttl_ms.max(300))
+}
+
+async fn connect(state: &AppState) -> anyhow::Result<Kafka> {
+    let settings = kafka_settings(&state.config);
+    let brokers = settings.brokers.clone();
+    let kafka = Kafka::connect(settings).with_context(|| format!("connecting to {brokers}"))?;
+    // Topic creation races with other processes starting; both sides are fine.
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match kafka.ensure_topics().await {
+            Ok(()) => {
+                kafka.spawn_healer(Duration::from_secs(1));
+                return Ok(kafka);
+            }
+            Err(e) if attempt < 30 => {
+                tracing::warn!(attempt, error = %e, "creating topics; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(e).context(format!("creating topics on {brokers}")),
+        }
+    }
+}
+
+async fn acquire(state: &AppState, kind: LeaseKind, count: i32) -> anyhow::Result<Lease> {
+    let c = state.control().context("the control plane is not open")?;
+    let holder = state.config.executor_id.clone();
+    Lease::acquire(&c.cp.store().db(), kind, count, &holder, lease_ttl(state))
+        .await
+        .with_context(|| format!("leasing a {} partition", kind.as_str()))
+}
+
+/// `stoker api`: the artifact's tokenizer and chat template, and a remote
+/// backend reading this instance's leased reply partition. Returns once some
+/// executor serving the model reports ready.
+pub async fn load_api(state: &AppState) -> anyhow::Result<()> {
+    let kafka = connect(state).await?;
+    let lease = acquire(state, LeaseKind::Replies, kafka.topics().api_slots).await?;
+    tracing::info!(partition = lease.slot, "reading replies");
+    let st = state.clone();
+    spawn_renewal(lease.clone(), move || st.request_drain());
+    let path = state.config.model.clone();
+    let timeout = Duration::from_millis(state.config.kafka.executor_timeout_ms.max(100));
+    let instance = state.config.executor_id.clone();
+    let reply_timeout = Duration::from_millis(state.config.kafka.reply_timeout_ms.max(1000));
+    let rt = tokio::runtime::Handle::current();
+    let backend = tokio::task::spawn_blocking(move || -> anyhow::Result<RemoteBackend> {
+        let model = Model::load(&path, LoadOptions::default())
+            .with_context(|| format!("reading model {}", path.display()))?;
+        let meta = ArtifactMeta {
+            info: ModelInfo {
+                identity: model.identity.clone(),
+                context_window: model.config.context_length,
+                vocab_size: model.config.vocab_size,
+                // Executors refuse what their own caches cannot hold.
+                num_kv_blocks: model.config.context_length / BLOCK_SIZE + 1,
+            },
+            tokenizer: model.tokenizer.clone(),
+            chat_template: model.chat_template.clone(),
+        };
+        drop(model);
+        Ok(RemoteBackend::start(
+            meta,
+            kafka,
+            lease.slot,
+            instance,
+            timeout,
+            reply_timeout,
+            rt,
+        )?)
+    })
+    .await
+    .context("loader panicked")??;
+    state.install(Arc::new(backend.clone()));
+    tracing::info!("waiting for an executor to report ready");
+    tokio::task::spawn_blocking(move || {
+        use crate::backend::Backend;
+        backend.warm_up()
+    })
+    .await
+    .context("waiting for executors")??;
+    Ok(())
+}
+
+/// `stoker executor`: leases an interactive partition and starts taking jobs.
+pub async fn start_executor(state: &AppState) -> anyhow::Result<Arc<JobServer>> {
+    let kafka = connect(state).await?;
+    let lease = acquire(state, LeaseKind::Interactive, kafka.topics().executor_slots).await?;
+    tracing::info!(partition = lease.slot, "taking jobs");
+    let st = state.clone();
+    // Assigning partitions reads offsets from the broker: blocking calls.
+    let js = tokio::task::spawn_blocking(move || JobServer::spawn(st, kafka, lease))
+        .await
+        .context("job server start panicked")??;
+    spawn_drain_watch(state.clone());
+    Ok(js)
+}
+
+/// `stoker admin drain EXECUTOR` may be sent to any API instance: it records
+/// the event, and the executor sees it here on its next read-model refresh.
+fn spawn_drain_watch(state: AppState) {
+    use stoker_controlplane::projection::ExecutorStatus;
+    let every = Duration::from_millis(state.config.control.refresh_interval_ms.max(50));
+    tokio::spawn(async move {
+        let mut t = tokio::time::interval(every);
+        loop {
+            t.tick().await;
+            let Some(c) = state.control() else { return };
+            let status =
+                c.cp.projector()
+                    .views()
+                    .await
+                    .executors
+                    .get(&state.config.executor_id)
+                    .map(|e| e.status);
+            if status == Some(ExecutorStatus::Draining) {
+                tracing::info!("a drain was recorded for this executor");
+                state.request_drain();
+                return;
+            }
+        }
+    });
+}
