@@ -165,6 +165,7 @@ impl Authenticator {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use stoker_schemas::codes::ErrorCode;
 
     fn auth() -> Authenticator {
         Authenticator::new(&[
@@ -189,7 +190,7 @@ mod tests {
         assert_eq!(p.tenant, "alpha");
         p.require(Scope::Inference).unwrap();
         let e = p.require(Scope::Admin).unwrap_err();
-        assert_eq!(e.code(), "insufficient_scope");
+        assert_eq!(e.code(), ErrorCode::InsufficientScope);
     }
 
     #[test]
@@ -205,7 +206,7 @@ mod tests {
             Some(&[0xff, 0xfe, 0x00][..]),
         ] {
             let e = a.authenticate(h).unwrap_err();
-            assert_eq!(e.code(), "invalid_api_key", "{h:?}");
+            assert_eq!(e.code(), ErrorCode::InvalidApiKey, "{h:?}");
         }
         let huge = [b"Bearer ".to_vec(), vec![b'k'; 100_000]].concat();
         assert!(a.authenticate(Some(&huge)).is_err());

@@ -16,6 +16,7 @@ use stoker_controlplane::domain::{DomainError, ErrorKind};
 use stoker_controlplane::service::CpError;
 use stoker_controlplane::store::StoreError;
 use stoker_executor::{EngineError, ValidationError};
+use stoker_schemas::codes::ErrorCode;
 use stoker_schemas::error::{ErrorBody, ErrorDetail};
 
 /// How long a refused client should wait, computed from the measured drain rate.
@@ -78,7 +79,7 @@ pub enum ApiError {
     Conflict(String),
     /// A control-plane object that does not exist.
     #[error("{message}")]
-    NotFound { message: String, code: &'static str },
+    NotFound { message: String, code: ErrorCode },
     /// The open batches already hold as much estimated work as allowed.
     #[error("{message}")]
     BatchBacklogFull {
@@ -135,26 +136,26 @@ impl ApiError {
     }
 
     /// The catalogue code (DESIGN section 9).
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         use ApiError::*;
         match self {
-            InvalidValue { .. } | Unsupported { .. } => "invalid_value",
-            MissingField { .. } => "missing_field",
-            ContextLengthExceeded(_) => "context_length_exceeded",
-            ModelNotFound(_) => "model_not_found",
-            RouteNotFound(_) => "not_found",
-            NotFound { code, .. } => code,
-            Conflict(_) => "conflict",
-            MethodNotAllowed(_) => "method_not_allowed",
-            InvalidApiKey(_) => "invalid_api_key",
-            InsufficientScope(_) => "insufficient_scope",
-            PayloadTooLarge { .. } => "payload_too_large",
-            Overloaded { .. } => "server_overloaded",
-            DeadlineInfeasible { .. } => "deadline_infeasible",
-            NotReady { .. } => "not_ready",
-            BatchBacklogFull { .. } => "batch_backlog_full",
-            ExecutorLost { .. } => "executor_lost",
-            Internal(_) => "internal_error",
+            InvalidValue { .. } | Unsupported { .. } => ErrorCode::InvalidValue,
+            MissingField { .. } => ErrorCode::MissingField,
+            ContextLengthExceeded(_) => ErrorCode::ContextLengthExceeded,
+            ModelNotFound(_) => ErrorCode::ModelNotFound,
+            RouteNotFound(_) => ErrorCode::NotFound,
+            NotFound { code, .. } => *code,
+            Conflict(_) => ErrorCode::Conflict,
+            MethodNotAllowed(_) => ErrorCode::MethodNotAllowed,
+            InvalidApiKey(_) => ErrorCode::InvalidApiKey,
+            InsufficientScope(_) => ErrorCode::InsufficientScope,
+            PayloadTooLarge { .. } => ErrorCode::PayloadTooLarge,
+            Overloaded { .. } => ErrorCode::ServerOverloaded,
+            DeadlineInfeasible { .. } => ErrorCode::DeadlineInfeasible,
+            NotReady { .. } => ErrorCode::NotReady,
+            BatchBacklogFull { .. } => ErrorCode::BatchBacklogFull,
+            ExecutorLost { .. } => ErrorCode::ExecutorLost,
+            Internal(_) => ErrorCode::InternalError,
         }
     }
 
@@ -204,7 +205,7 @@ impl ApiError {
                 message,
                 kind: self.kind().to_string(),
                 param: self.param(),
-                code: self.code().to_string(),
+                code: self.code(),
             },
         }
     }
@@ -227,41 +228,47 @@ impl ApiError {
             },
             EngineError::Stopped(m) | EngineError::Internal(m) => ApiError::Internal(m),
             EngineError::Remote { code, message } => {
-                ApiError::from_remote(&code, message, retry_after)
+                ApiError::from_remote(code, message, retry_after)
             }
         }
     }
 
     /// Rebuilds an error another process named by its catalogue code. Codes
     /// that only the edge produces, and unknown ones, are internal errors.
-    pub fn from_remote(code: &str, message: String, retry_after: RetryAfter) -> Self {
+    pub fn from_remote(code: ErrorCode, message: String, retry_after: RetryAfter) -> Self {
+        use ErrorCode::*;
         match code {
-            "invalid_value" => ApiError::InvalidValue {
+            InvalidValue => ApiError::InvalidValue {
                 message,
                 param: None,
             },
-            "context_length_exceeded" => ApiError::ContextLengthExceeded(message),
-            "server_overloaded" => ApiError::Overloaded {
+            ContextLengthExceeded => ApiError::ContextLengthExceeded(message),
+            ServerOverloaded => ApiError::Overloaded {
                 message,
                 retry_after,
             },
-            "deadline_infeasible" => ApiError::DeadlineInfeasible {
+            DeadlineInfeasible => ApiError::DeadlineInfeasible {
                 message,
                 retry_after,
             },
-            "not_ready" => ApiError::NotReady {
+            NotReady => ApiError::NotReady {
                 message,
                 retry_after,
             },
-            "executor_lost" => ApiError::ExecutorLost {
+            ExecutorLost => ApiError::ExecutorLost {
                 message,
                 retry_after: Some(retry_after),
             },
-            "executor_lost_after_output" => ApiError::ExecutorLost {
+            ExecutorLostAfterOutput => ApiError::ExecutorLost {
                 message,
                 retry_after: None,
             },
-            other => ApiError::Internal(format!("remote error {other}: {message}")),
+            MissingField | ModelNotFound | NotFound | RevisionAbsent | FileNotFound
+            | BatchNotFound | Conflict | MethodNotAllowed | InvalidApiKey | InsufficientScope
+            | PayloadTooLarge | TenantQuotaExceeded | BatchBacklogFull | InternalError
+            | InputFileMissing | BatchCancelled | BatchExpired | Unknown => {
+                ApiError::Internal(format!("remote error {code}: {message}"))
+            }
         }
     }
 }
@@ -278,8 +285,8 @@ impl From<CpError> for ApiError {
                     ErrorKind::NotFound => ApiError::NotFound {
                         message,
                         code: match d {
-                            DomainError::RevisionAbsent { .. } => "revision_absent",
-                            _ => "not_found",
+                            DomainError::RevisionAbsent { .. } => ErrorCode::RevisionAbsent,
+                            _ => ErrorCode::NotFound,
                         },
                     },
                     ErrorKind::Conflict => ApiError::Conflict(message),
@@ -291,7 +298,7 @@ impl From<CpError> for ApiError {
             }
             CpError::NotFound { .. } => ApiError::NotFound {
                 message: e.to_string(),
-                code: "not_found",
+                code: ErrorCode::NotFound,
             },
             CpError::Store(s) => s.into(),
             other => ApiError::Internal(other.to_string()),
@@ -306,9 +313,9 @@ impl From<BatchError> for ApiError {
             BatchError::NotFound { what, .. } => ApiError::NotFound {
                 message: e.to_string(),
                 code: if what == "file" {
-                    "file_not_found"
+                    ErrorCode::FileNotFound
                 } else {
-                    "batch_not_found"
+                    ErrorCode::BatchNotFound
                 },
             },
             BatchError::Input(InputError::TooLarge { max, .. }) => {
@@ -396,7 +403,7 @@ impl IntoResponse for ApiError {
 /// Attached to every error response so the metrics layer can count
 /// rejections by code without parsing bodies.
 #[derive(Clone, Copy, Debug)]
-pub struct RejectedCode(pub &'static str);
+pub struct RejectedCode(pub ErrorCode);
 
 /// Client text quoted in an error message, cut at `max` bytes (on a char
 /// boundary) with `...`: messages stay bounded whatever the client sent.

@@ -15,6 +15,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use stoker_executor::Lane;
 use stoker_executor::engine::{EngineStats, Timings, Usage};
+use stoker_schemas::codes::ErrorCode;
 
 use crate::admission::AdmissionSnapshot;
 
@@ -239,12 +240,12 @@ impl Metrics {
         }
     }
 
-    pub fn record_rejected(&self, code: &str) {
+    pub fn record_rejected(&self, code: ErrorCode) {
         self.rejected
             .get_or_create(&RejectLabels {
                 model: self.model.model.clone(),
                 revision: self.model.revision.clone(),
-                code: code.to_string(),
+                code: code.as_str().to_string(),
             })
             .inc();
     }

@@ -1,7 +1,8 @@
 //! The HTTP front, in process, against the real model: validation error bodies
 //! (snapshotted), SSE framing, disconnect freeing KV, the `/metrics` output
 //! through a Prometheus text parser, auth, overload and deadline refusals,
-//! readiness during warm-up and drain, and OpenAPI drift.
+//! readiness during warm-up and drain, and OpenAPI drift (including that it
+//! lists exactly the error catalogue's codes).
 //!
 //! One runtime and one shared server serve most tests; tests that need other
 //! settings or end a server's life start their own.
@@ -20,6 +21,7 @@ use stoker_api::Config;
 use stoker_api::auth::{ApiKeyConfig, Scope};
 use stoker_api::roles::{self, Server};
 use stoker_api::state::Phase;
+use stoker_schemas::codes::ErrorCode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::runtime::Runtime;
 
@@ -896,4 +898,19 @@ fn openapi_document_is_checked_in() {
         "schemas/openapi.json is stale; regenerate with `stoker openapi > schemas/openapi.json` \
          or STOKER_UPDATE_SCHEMAS=1 cargo test --release -p stoker-api --test http"
     );
+}
+
+#[test]
+fn openapi_lists_exactly_the_error_catalogue() {
+    let doc: Value = serde_json::from_str(&stoker_api::http::openapi::document()).unwrap();
+    let code = &doc["components"]["schemas"]["ErrorDetail"]["properties"]["code"];
+    assert_eq!(code["type"], "string", "{code}");
+    let listed: Vec<&str> = code["enum"]
+        .as_array()
+        .unwrap_or_else(|| panic!("ErrorDetail.code has no enum: {code}"))
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    let catalogue: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+    assert_eq!(listed, catalogue);
 }

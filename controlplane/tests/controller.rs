@@ -12,6 +12,7 @@ use stoker_controlplane::domain::ArtifactCheck;
 use stoker_controlplane::projection::RolloutStatus;
 use stoker_controlplane::requestlog::{RequestLog, RequestLogConfig, RequestRecord};
 use stoker_controlplane::service::{CONTROLLER_ACTOR, ControlPlane, RevisionSpec, meta};
+use stoker_schemas::codes::ErrorCode;
 use stoker_schemas::events::{DeploymentLimits, SchedulerPolicy, SloGates};
 use support::{Fixture, Kind};
 
@@ -60,7 +61,13 @@ async fn setup(fx: &Fixture) -> (ControlPlane, RequestLog) {
     (cp, log)
 }
 
-fn row(i: usize, revision: &str, ttft_ms: f64, status: u16, error: Option<&str>) -> RequestRecord {
+fn row(
+    i: usize,
+    revision: &str,
+    ttft_ms: f64,
+    status: u16,
+    error: Option<ErrorCode>,
+) -> RequestRecord {
     RequestRecord {
         request_id: format!("req-{revision}-{i}-{}", uuid::Uuid::new_v4().simple()),
         tenant: "acme".into(),
@@ -72,7 +79,7 @@ fn row(i: usize, revision: &str, ttft_ms: f64, status: u16, error: Option<&str>)
         endpoint: "/v1/chat/completions".into(),
         status_code: status,
         finish_reason: error.is_none().then(|| "stop".into()),
-        error_code: error.map(str::to_owned),
+        error_code: error,
         prompt_tokens: 10,
         completion_tokens: 5,
         queue_ms: Some(1.0),
@@ -112,7 +119,7 @@ async fn advances_on_good_figures_then_rolls_back_when_a_gate_breaks() {
     // Enough good ones (traffic to a does not count): advance to 25 %.
     log.record(row(9, "b", 120.0, 200, None));
     for i in 0..50 {
-        log.record(row(i, "a", 2000.0, 500, Some("internal_error")));
+        log.record(row(i, "a", 2000.0, 500, Some(ErrorCode::InternalError)));
     }
     log.flush().await.unwrap();
     let d = tick(&cp, &log).await.unwrap();
@@ -186,7 +193,7 @@ async fn completes_at_full_traffic_and_error_gate_counts() {
     for i in 0..4 {
         log.record(row(200 + i, "a", 50.0, 200, None));
     }
-    log.record(row(300, "a", 50.0, 500, Some("internal_error")));
+    log.record(row(300, "a", 50.0, 500, Some(ErrorCode::InternalError)));
     log.flush().await.unwrap();
     let d = tick(&cp, &log).await.unwrap();
     assert_eq!(d[0].action, "roll_back");
@@ -216,7 +223,7 @@ async fn manual_and_paused_rollouts_are_left_alone() {
         .await
         .unwrap();
     for i in 0..30 {
-        log.record(row(i, "b", 5000.0, 500, Some("internal_error")));
+        log.record(row(i, "b", 5000.0, 500, Some(ErrorCode::InternalError)));
     }
     log.flush().await.unwrap();
     assert!(tick(&cp, &log).await.unwrap().is_empty());

@@ -11,6 +11,7 @@ use stoker_controlplane::requestlog::{
     stored_key,
 };
 use stoker_controlplane::store::Db;
+use stoker_schemas::codes::ErrorCode;
 use stoker_test_support::TestRng;
 use support::{Fixture, Kind};
 
@@ -37,7 +38,7 @@ fn row(i: u32) -> RequestRecord {
         endpoint: "/v1/chat/completions".to_owned(),
         status_code: [200, 400, 503, 500][(i % 4) as usize],
         finish_reason: i.is_multiple_of(4).then(|| "stop".to_owned()),
-        error_code: (!i.is_multiple_of(4)).then(|| "server_overloaded".to_owned()),
+        error_code: (!i.is_multiple_of(4)).then_some(ErrorCode::ServerOverloaded),
         prompt_tokens: i * 3,
         completion_tokens: if i == 7 { u32::MAX } else { i },
         queue_ms: (!i.is_multiple_of(6)).then_some(f / 7.0),
@@ -231,7 +232,7 @@ mod cases {
                        deployment: &str,
                        at: DateTime<Utc>,
                        status: u16,
-                       code: Option<&str>,
+                       code: Option<ErrorCode>,
                        ttft: Option<f64>| {
             n += 1;
             let mut r = row(n);
@@ -239,7 +240,7 @@ mod cases {
             r.revision_id = revision.map(str::to_owned);
             r.received_at = at;
             r.status_code = status;
-            r.error_code = code.map(str::to_owned);
+            r.error_code = code;
             r.ttft_ms = ttft;
             log.record(r);
         };
@@ -250,20 +251,41 @@ mod cases {
             add(b, "dep", late, 200, None, Some(f64::from(t)));
         }
         for _ in 0..5 {
-            add(b, "dep", late, 500, Some("internal_error"), None); // error
+            add(b, "dep", late, 500, Some(ErrorCode::InternalError), None); // error
         }
         for _ in 0..2 {
-            add(b, "dep", late, 200, Some("executor_lost"), None); // error in a stream
+            add(b, "dep", late, 200, Some(ErrorCode::ExecutorLost), None); // error in a stream
         }
         for _ in 0..3 {
-            add(b, "dep", late, 503, Some("server_overloaded"), None);
+            add(b, "dep", late, 503, Some(ErrorCode::ServerOverloaded), None);
         }
-        add(b, "dep", late, 503, Some("deadline_infeasible"), None);
-        add(b, "dep", late, 503, Some("not_ready"), None);
-        add(b, "dep", late, 429, Some("tenant_quota_exceeded"), None);
-        add(b, "dep", late, 429, Some("tenant_quota_exceeded"), None);
+        add(
+            b,
+            "dep",
+            late,
+            503,
+            Some(ErrorCode::DeadlineInfeasible),
+            None,
+        );
+        add(b, "dep", late, 503, Some(ErrorCode::NotReady), None);
+        add(
+            b,
+            "dep",
+            late,
+            429,
+            Some(ErrorCode::TenantQuotaExceeded),
+            None,
+        );
+        add(
+            b,
+            "dep",
+            late,
+            429,
+            Some(ErrorCode::TenantQuotaExceeded),
+            None,
+        );
         for _ in 0..4 {
-            add(b, "dep", late, 400, Some("invalid_value"), None); // the client's fault
+            add(b, "dep", late, 400, Some(ErrorCode::InvalidValue), None); // the client's fault
         }
         // Rows the window excludes: earlier, another revision, another deployment,
         // no revision. The bound is inclusive: a row at `since` counts.
@@ -278,7 +300,14 @@ mod cases {
             );
             add(Some("rev-a"), "dep", late, 500, None, Some(1e6));
             add(b, "dep-other", late, 500, None, Some(1e6));
-            add(None, "dep", late, 503, Some("server_overloaded"), None);
+            add(
+                None,
+                "dep",
+                late,
+                503,
+                Some(ErrorCode::ServerOverloaded),
+                None,
+            );
         }
         add(b, "dep", since, 200, None, None);
         log.flush().await.unwrap();
@@ -376,7 +405,6 @@ mod cases {
             r.deployment_id = format!("dep {s}");
             r.revision_id = Some(s.to_owned());
             r.finish_reason = Some(s.to_owned());
-            r.error_code = Some(s.to_owned());
             log.record(r.clone());
             plain.push(r);
         }
@@ -446,6 +474,24 @@ mod cases {
         );
         // The table is still there.
         assert_eq!(log.split("dep-chat", base()).await.unwrap().len(), 1);
+    }
+
+    pub async fn a_code_this_build_does_not_know_reads_as_unknown(fx: &Fixture) {
+        let db = fx.store.db();
+        let log = RequestLog::spawn(db.clone(), RequestLogConfig::default());
+        let r = row(1);
+        log.record(r.clone());
+        log.flush().await.unwrap();
+        // A newer instance wrote a code this build has no variant for.
+        let sql = "UPDATE request_log SET error_code = 'from_a_newer_build'";
+        match &db {
+            Db::Postgres(pool) => sqlx::raw_sql(sql).execute(pool).await.map(drop),
+            Db::Sqlite(pool) => sqlx::raw_sql(sql).execute(pool).await.map(drop),
+        }
+        .unwrap();
+        let got = log.get(&r.request_id).await.unwrap().unwrap();
+        assert_eq!(got.error_code, Some(ErrorCode::Unknown));
+        assert_eq!(got.request_id, r.request_id);
     }
 
     pub async fn a_refused_batch_is_retried_then_dropped_and_the_writer_keeps_going(fx: &Fixture) {
@@ -564,6 +610,7 @@ on_both_backends!(
     revision_figures_count_a_known_set_exactly,
     split_counts_requests_per_revision,
     hostile_strings_round_trip_safely,
+    a_code_this_build_does_not_know_reads_as_unknown,
     a_refused_batch_is_retried_then_dropped_and_the_writer_keeps_going,
     a_refused_batch_is_written_once_the_database_recovers,
     dropping_every_handle_writes_what_is_queued,

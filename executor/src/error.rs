@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use stoker_schemas::codes::ErrorCode;
+
 use crate::ids::Lane;
 
 /// Why a model artifact could not be loaded.
@@ -114,7 +116,7 @@ pub enum EngineError {
     #[error("internal engine error: {0}")]
     Internal(String),
     /// An error relayed from an engine in another process (or about reaching
-    /// it), already named by its API error code.
+    /// it), already named by its catalogue code.
     #[error("{message}")]
-    Remote { code: String, message: String },
+    Remote { code: ErrorCode, message: String },
 }

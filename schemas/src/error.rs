@@ -4,6 +4,8 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::codes::ErrorCode;
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {
     pub error: ErrorDetail,
@@ -21,5 +23,17 @@ pub struct ErrorDetail {
     /// The request field at fault, when there is one.
     pub param: Option<String>,
     /// Stable machine-readable code from the error catalogue.
-    pub code: String,
+    #[schema(schema_with = code_schema)]
+    pub code: ErrorCode,
+}
+
+/// [`ErrorDetail::code`]'s schema, with the field's description: a
+/// `schema_with` schema takes none from the doc comment (and a derived inline
+/// one with a description comes out wrapped in a `oneOf`).
+fn code_schema() -> utoipa::openapi::Object {
+    ErrorCode::openapi_schema()
+        .description(Some(
+            "Stable machine-readable code from the error catalogue.",
+        ))
+        .build()
 }

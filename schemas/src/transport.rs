@@ -14,6 +14,8 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::codes::ErrorCode;
+
 /// The version of every body below.
 /// 2: one writer per partition (`slot` in [`CapacityReport`]; jobs and
 /// replies on the partition of their executor and API slot pair).
@@ -97,8 +99,10 @@ pub enum ReplyEvent {
         preemptions: u32,
     },
     /// The request ended with the error of this catalogue code.
+    // A code this build does not know reads as `ErrorCode::Unknown`, so the
+    // reply still ends the request.
     Error {
-        code: String,
+        code: ErrorCode,
         message: String,
     },
 }

@@ -1,9 +1,11 @@
 //! The Kafka message contract: checked-in schemas match the code, bodies
-//! round-trip, unknown versions and malformed bodies are refused, and unknown
-//! fields from a newer writer are ignored.
+//! round-trip, unknown versions and malformed bodies are refused, unknown
+//! fields from a newer writer are ignored, and its unknown error codes read as
+//! `ErrorCode::Unknown`.
 
 use std::path::PathBuf;
 
+use stoker_schemas::codes::ErrorCode;
 use stoker_schemas::transport::*;
 
 fn dir() -> PathBuf {
@@ -67,7 +69,7 @@ fn bodies_round_trip() {
             token_ids: vec![5, 6],
         },
         ReplyEvent::Error {
-            code: "server_overloaded".into(),
+            code: ErrorCode::ServerOverloaded,
             message: "full".into(),
         },
     ] {
@@ -124,4 +126,30 @@ fn fields_from_a_newer_writer_are_ignored() {
     v["priority_hint"] = serde_json::json!("high");
     let back = JobMessage::decode(&serde_json::to_vec(&v).unwrap()).unwrap();
     assert_eq!(back, job());
+}
+
+#[test]
+fn an_error_code_from_a_newer_writer_reads_as_unknown() {
+    let body = format!(
+        r#"{{"v":{TRANSPORT_VERSION},"request_id":"req_1","executor_id":"ex-a","seq":0,
+            "event":{{"type":"error","code":"gpu_on_fire","message":"m"}}}}"#
+    );
+    let r = ReplyMessage::decode(body.as_bytes()).unwrap();
+    assert_eq!(
+        r.event,
+        ReplyEvent::Error {
+            code: ErrorCode::Unknown,
+            message: "m".into()
+        }
+    );
+    // Every code this build knows keeps its string on the wire.
+    for &code in ErrorCode::ALL {
+        let event = ReplyEvent::Error {
+            code,
+            message: String::new(),
+        };
+        let v = serde_json::to_value(&event).unwrap();
+        assert_eq!(v["code"], code.as_str());
+        assert_eq!(serde_json::from_value::<ReplyEvent>(v).unwrap(), event);
+    }
 }

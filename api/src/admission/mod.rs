@@ -407,6 +407,7 @@ impl Drop for Ticket {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use stoker_schemas::codes::ErrorCode;
 
     fn adm(seqs: usize, waiting: usize, tokens: usize) -> Arc<Admission> {
         Admission::new(AdmissionLimits {
@@ -442,7 +443,7 @@ mod tests {
         t1.started();
         let t2 = a.admit(demand(10, 10), &s).unwrap();
         let e = a.admit(demand(10, 10), &s).unwrap_err();
-        assert_eq!(e.code(), "server_overloaded");
+        assert_eq!(e.code(), ErrorCode::ServerOverloaded);
         assert!(e.retry_after().is_some());
         drop(t2);
         let t3 = a.admit(demand(10, 10), &s).unwrap();
@@ -457,7 +458,7 @@ mod tests {
         let s = stats();
         let _t1 = a.admit(demand(40, 40), &s).unwrap();
         let e = a.admit(demand(10, 30), &s).unwrap_err();
-        assert_eq!(e.code(), "server_overloaded");
+        assert_eq!(e.code(), ErrorCode::ServerOverloaded);
         let _t2 = a.admit(demand(10, 10), &s).unwrap();
     }
 
@@ -531,7 +532,7 @@ mod tests {
         let t1 = a.admit(demand(10, 10), &s).unwrap();
         let t2 = a.admit(demand(10, 10), &s).unwrap();
         let e = a.admit(demand(10, 10), &s).unwrap_err();
-        assert_eq!(e.code(), "server_overloaded");
+        assert_eq!(e.code(), ErrorCode::ServerOverloaded);
         assert!(e.to_string().contains("envelope"), "{e}");
         // Nothing finished and no live rate: the profile's output rate drains
         // the 40 waiting tokens plus this request's 20 at 20 tok/s.
@@ -562,7 +563,7 @@ mod tests {
         let _t1 = a.admit(demand(40, 20), &s).unwrap();
         let _t2 = a.admit(demand(20, 20), &s).unwrap();
         let e = a.admit(demand(1, 1), &s).unwrap_err();
-        assert_eq!(e.code(), "server_overloaded");
+        assert_eq!(e.code(), ErrorCode::ServerOverloaded);
         assert_eq!(a.snapshot().active_tokens, 100);
     }
 
@@ -574,7 +575,7 @@ mod tests {
         d.deadline = Some(Duration::from_millis(500));
         // 1000 prompt tokens at the profile's 500 tok/s: 2 s, past 500 ms.
         let e = a.admit(d, &stats()).unwrap_err();
-        assert_eq!(e.code(), "deadline_infeasible");
+        assert_eq!(e.code(), ErrorCode::DeadlineInfeasible);
         assert_eq!(a.report(&stats()).prefill_rate_source, "profile");
         // A live rate takes over: 1000 tokens at 10,000 tok/s fit.
         let live = EngineStats {
@@ -607,7 +608,7 @@ mod tests {
         let mut d = demand(2000, 1);
         d.deadline = Some(Duration::from_millis(500));
         let e = a.admit(d, &s).unwrap_err();
-        assert_eq!(e.code(), "deadline_infeasible");
+        assert_eq!(e.code(), ErrorCode::DeadlineInfeasible);
         assert_eq!(e.retry_after().unwrap().0, Duration::from_millis(1500));
         d.deadline = Some(Duration::from_secs(5));
         a.admit(d, &s).unwrap();

@@ -102,7 +102,7 @@ pub fn error_to_wire(e: &ApiError) -> ReplyEvent {
         other => other.to_string(),
     };
     ReplyEvent::Error {
-        code: e.code().to_string(),
+        code: e.code(),
         message,
     }
 }
@@ -154,6 +154,7 @@ pub fn event_from_wire(ev: ReplyEvent) -> EngineEvent {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use stoker_schemas::codes::ErrorCode;
 
     #[test]
     fn events_survive_the_wire() {
@@ -197,8 +198,42 @@ mod tests {
             panic!("{back:?}")
         };
         let api = ApiError::from_engine(e, RetryAfter(Duration::from_secs(2)));
-        assert_eq!(api.code(), "server_overloaded");
+        assert_eq!(api.code(), ErrorCode::ServerOverloaded);
         assert_eq!(api.retry_after(), Some(RetryAfter(Duration::from_secs(2))));
+    }
+
+    #[test]
+    fn error_replies_map_back_to_the_refusal_they_name() {
+        let back = |code| {
+            let ev = event_from_wire(ReplyEvent::Error {
+                code,
+                message: "m".into(),
+            });
+            let EngineEvent::Error(e) = ev else {
+                panic!("{ev:?}")
+            };
+            ApiError::from_engine(e, RetryAfter(Duration::from_secs(1)))
+        };
+        for &code in ErrorCode::ALL {
+            let api = back(code);
+            let expected = match code {
+                ErrorCode::InvalidValue
+                | ErrorCode::ContextLengthExceeded
+                | ErrorCode::ServerOverloaded
+                | ErrorCode::DeadlineInfeasible
+                | ErrorCode::NotReady
+                | ErrorCode::ExecutorLost => code,
+                ErrorCode::ExecutorLostAfterOutput => ErrorCode::ExecutorLost,
+                _ => ErrorCode::InternalError,
+            };
+            assert_eq!(api.code(), expected, "{code}");
+        }
+        // Output was delivered: no retry.
+        assert_eq!(back(ErrorCode::ExecutorLostAfterOutput).retry_after(), None);
+        assert!(back(ErrorCode::ExecutorLost).retry_after().is_some());
+        // A code from a newer peer ends the request as an internal error.
+        let api = back(ErrorCode::Unknown);
+        assert!(matches!(api, ApiError::Internal(_)), "{api:?}");
     }
 
     #[test]

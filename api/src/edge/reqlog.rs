@@ -14,6 +14,7 @@ use chrono::{DateTime, Utc};
 use stoker_controlplane::requestlog::{RequestLog, RequestRecord};
 use stoker_executor::Lane;
 use stoker_executor::engine::{Timings, Usage};
+use stoker_schemas::codes::ErrorCode;
 
 use crate::edge::routing::Target;
 
@@ -32,7 +33,7 @@ struct Facts {
     ttft_ms: Option<f64>,
     decode_ms: Option<f64>,
     finish_reason: Option<String>,
-    error_code: Option<String>,
+    error_code: Option<ErrorCode>,
     /// A stream writes the row itself when it ends.
     deferred: bool,
     written: bool,
@@ -104,8 +105,8 @@ impl LogSlot {
         });
     }
 
-    pub fn failed(&self, code: &str) {
-        self.with(|f| f.error_code = Some(code.to_owned()));
+    pub fn failed(&self, code: ErrorCode) {
+        self.with(|f| f.error_code = Some(code));
     }
 
     /// Sets the finish reason unless the request already finished or failed.
@@ -148,7 +149,7 @@ impl LogSlot {
                 endpoint: self.endpoint.to_owned(),
                 status_code: status,
                 finish_reason: f.finish_reason.clone(),
-                error_code: f.error_code.clone(),
+                error_code: f.error_code,
                 prompt_tokens: f.prompt_tokens,
                 completion_tokens: f.completion_tokens,
                 queue_ms: f.queue_ms,

@@ -62,7 +62,7 @@ async fn run(state: AppState, row: RowRequest) -> RowOutcome {
             let after = e.retry_after().map(|r| r.0).unwrap_or_default();
             RowOutcome::Retry {
                 after,
-                reason: e.code().to_owned(),
+                reason: e.code().to_string(),
             }
         }
         other => {

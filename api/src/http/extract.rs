@@ -96,6 +96,7 @@ fn friendlier(msg: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use stoker_schemas::codes::ErrorCode;
     use stoker_schemas::openai::ChatCompletionRequest;
 
     fn err(body: &str) -> ApiError {
@@ -116,25 +117,25 @@ mod tests {
             "\u{feff}{}",
         ] {
             let e = err(body);
-            assert_eq!(e.code(), "invalid_value", "{body:?}: {e}");
+            assert_eq!(e.code(), ErrorCode::InvalidValue, "{body:?}: {e}");
         }
         let deep = format!(
             "{{\"model\": {}{}}}",
             "[".repeat(100_000),
             "]".repeat(100_000)
         );
-        assert_eq!(err(&deep).code(), "invalid_value");
+        assert_eq!(err(&deep).code(), ErrorCode::InvalidValue);
         let bad_utf8 = b"{\"model\": \"\xff\"}";
         assert_eq!(
             parse::<ChatCompletionRequest>(bad_utf8).unwrap_err().code(),
-            "invalid_value"
+            ErrorCode::InvalidValue
         );
     }
 
     #[test]
     fn missing_and_mistyped_fields_name_their_path() {
         let e = err("{\"messages\": []}");
-        assert_eq!(e.code(), "missing_field");
+        assert_eq!(e.code(), ErrorCode::MissingField);
         assert_eq!(e.body().error.param.as_deref(), Some("model"));
         let e = err("{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": 5}]}");
         assert_eq!(e.body().error.param.as_deref(), Some("messages[0].content"));
@@ -144,7 +145,7 @@ mod tests {
             "{e}"
         );
         let e = err("{\"model\": \"m\", \"messages\": [{\"content\": \"x\"}]}");
-        assert_eq!(e.code(), "missing_field");
+        assert_eq!(e.code(), ErrorCode::MissingField);
         assert_eq!(e.body().error.param.as_deref(), Some("messages[0].role"));
     }
 }

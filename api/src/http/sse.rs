@@ -225,7 +225,7 @@ pub fn response(run: Running, app: AppState, kind: Kind, env: Envelope, slot: Lo
                 st.log.slot.failed(e.code());
                 tracing::warn!(
                     request_id = %st.chunker.env.id,
-                    code = e.code(),
+                    code = %e.code(),
                     "stream ended with an error"
                 );
                 out.extend(error_frame(&e));

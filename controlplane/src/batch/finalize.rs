@@ -10,6 +10,7 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 use stoker_schemas::batch::{BatchLineError, BatchOutputLine};
+use stoker_schemas::codes::ErrorCode;
 use stoker_schemas::events::BatchOutcome;
 
 use super::files::{self, FileRecord};
@@ -37,17 +38,20 @@ pub fn result_file_ids(batch_id: &str) -> (String, String) {
 fn unrun_line(custom_id: &str, outcome: BatchOutcome) -> Value {
     let (code, message) = match outcome {
         BatchOutcome::Cancelled => (
-            "batch_cancelled",
+            ErrorCode::BatchCancelled,
             "the batch was cancelled before this request ran",
         ),
-        _ => ("batch_expired", "the batch expired before this request ran"),
+        _ => (
+            ErrorCode::BatchExpired,
+            "the batch expired before this request ran",
+        ),
     };
     let line = BatchOutputLine {
         id: format!("batch_req_{}", uuid::Uuid::new_v4().simple()),
         custom_id: custom_id.to_owned(),
         response: None,
         error: Some(BatchLineError {
-            code: code.to_owned(),
+            code: code.as_str().to_owned(),
             message: message.to_owned(),
         }),
     };

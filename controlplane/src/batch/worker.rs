@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use stoker_schemas::codes::ErrorCode;
 use stoker_schemas::events::BatchOutcome;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -153,7 +154,7 @@ impl Batches {
                         .batch_command(
                             &b.batch_id,
                             BatchCommand::Fail {
-                                code: "input_file_missing".into(),
+                                code: ErrorCode::InputFileMissing.as_str().into(),
                                 message: e.to_string(),
                             },
                             &meta(WORKER_ACTOR, None),

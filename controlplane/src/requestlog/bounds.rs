@@ -76,14 +76,9 @@ pub(crate) fn make_storable(r: &mut RequestRecord) {
     for s in [&mut r.tenant, &mut r.lane, &mut r.endpoint] {
         text(s);
     }
-    for s in [
-        &mut r.executor_id,
-        &mut r.rollout_id,
-        &mut r.finish_reason,
-        &mut r.error_code,
-    ]
-    .into_iter()
-    .flatten()
+    for s in [&mut r.executor_id, &mut r.rollout_id, &mut r.finish_reason]
+        .into_iter()
+        .flatten()
     {
         text(s);
     }

@@ -1,25 +1,26 @@
 //! The per-revision figures a rollout gate compares (DESIGN section 7: TTFT p99,
 //! error rate, overload rate), and exactly how each is counted.
 //!
-//! An overload is the service saying "not now" ([`OVERLOAD_CODES`]): a rollout
+//! An overload is the service saying "not now" ([`ErrorCode::is_overload`]): a rollout
 //! should not be blamed for the fleet being full, so overloads are counted apart
 //! from errors. An error is a 5xx that is not an overload, or a stream that
 //! started (2xx) and then failed with an error code. Client mistakes (4xx other
 //! than the overload codes) are neither.
 
 use serde::{Deserialize, Serialize};
+use stoker_schemas::codes::ErrorCode;
 
-/// Error codes that mean the service was full or not ready, not broken.
-pub const OVERLOAD_CODES: [&str; 4] = [
-    "server_overloaded",
-    "deadline_infeasible",
-    "not_ready",
-    "tenant_quota_exceeded",
-];
-
-/// [`OVERLOAD_CODES`] as an SQL list (a unit test keeps the two equal).
-pub(crate) const OVERLOAD_SQL: &str =
-    "('server_overloaded', 'deadline_infeasible', 'not_ready', 'tenant_quota_exceeded')";
+/// The codes [`ErrorCode::is_overload`] picks, as an SQL list:
+/// `('server_overloaded', ...)`. Catalogue codes are snake_case, so quoting
+/// them is all the escaping they need.
+pub(crate) fn overload_sql() -> String {
+    let quoted: Vec<String> = ErrorCode::ALL
+        .iter()
+        .filter(|c| c.is_overload())
+        .map(|c| format!("'{c}'"))
+        .collect();
+    format!("({})", quoted.join(", "))
+}
 
 /// One revision's requests over a window.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -27,7 +28,8 @@ pub struct RevisionFigures {
     pub requests: u64,
     /// 5xx other than overloads, plus 2xx streams that ended with an error code.
     pub errors: u64,
-    /// Rows whose `error_code` is one of [`OVERLOAD_CODES`], whatever the status.
+    /// Rows whose `error_code` is an overload ([`ErrorCode::is_overload`]),
+    /// whatever the status.
     pub overloads: u64,
     /// Nearest-rank p99 over the rows that have a TTFT: the `ceil(0.99 n)`-th
     /// smallest value (for TTFTs 1..=100, 99). `None` when no row has one.
@@ -79,8 +81,10 @@ mod tests {
 
     #[test]
     fn overload_sql_lists_exactly_the_overload_codes() {
-        let quoted = OVERLOAD_CODES.map(|c| format!("'{c}'")).join(", ");
-        assert_eq!(OVERLOAD_SQL, format!("({quoted})"));
+        assert_eq!(
+            overload_sql(),
+            "('server_overloaded', 'deadline_infeasible', 'not_ready', 'tenant_quota_exceeded')"
+        );
     }
 
     #[test]

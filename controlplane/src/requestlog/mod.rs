@@ -21,12 +21,13 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use stoker_schemas::codes::ErrorCode;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::store::Db;
 
 pub use bounds::{MAX_KEY_BYTES, stored_key};
-pub use figures::{OVERLOAD_CODES, RevisionFigures};
+pub use figures::RevisionFigures;
 
 /// One request as the API saw it. Timings are milliseconds; `received_at` is kept
 /// to the microsecond (what both backends store).
@@ -43,7 +44,9 @@ pub struct RequestRecord {
     pub endpoint: String,
     pub status_code: u16,
     pub finish_reason: Option<String>,
-    pub error_code: Option<String>,
+    /// A code this build does not know (a newer instance wrote the row)
+    /// reads as [`ErrorCode::Unknown`].
+    pub error_code: Option<ErrorCode>,
     pub prompt_tokens: u32,
     pub completion_tokens: u32,
     pub queue_ms: Option<f64>,

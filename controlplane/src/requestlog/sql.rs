@@ -5,9 +5,10 @@
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use sqlx::{Postgres, QueryBuilder, Row, Sqlite};
+use stoker_schemas::codes::ErrorCode;
 
 use super::bounds::stored_time;
-use super::figures::{Counts, OVERLOAD_SQL};
+use super::figures::{Counts, overload_sql};
 use super::{RequestLogError, RequestRecord};
 use crate::store::Db;
 
@@ -66,7 +67,7 @@ pub(crate) async fn insert(db: &Db, rows: &[RequestRecord]) -> Result<u64, sqlx:
                         .push_bind(&r.endpoint)
                         .push_bind(i32::from(r.status_code))
                         .push_bind(&r.finish_reason)
-                        .push_bind(&r.error_code)
+                        .push_bind(r.error_code.map(ErrorCode::as_str))
                         .push_bind(i64::from(r.prompt_tokens))
                         .push_bind(i64::from(r.completion_tokens))
                         .push_bind(r.queue_ms)
@@ -98,7 +99,7 @@ pub(crate) async fn insert(db: &Db, rows: &[RequestRecord]) -> Result<u64, sqlx:
                         .push_bind(&r.endpoint)
                         .push_bind(i32::from(r.status_code))
                         .push_bind(&r.finish_reason)
-                        .push_bind(&r.error_code)
+                        .push_bind(r.error_code.map(ErrorCode::as_str))
                         .push_bind(i64::from(r.prompt_tokens))
                         .push_bind(i64::from(r.completion_tokens))
                         .push_bind(r.queue_ms)
@@ -137,7 +138,9 @@ macro_rules! decode {
             endpoint: row.try_get("endpoint")?,
             status_code: u16::try_from(status).map_err(|_| corrupt("status_code", status))?,
             finish_reason: row.try_get("finish_reason")?,
-            error_code: row.try_get("error_code")?,
+            error_code: row
+                .try_get::<Option<String>, _>("error_code")?
+                .map(|c| ErrorCode::parse(&c)),
             prompt_tokens: tokens("prompt_tokens")?,
             completion_tokens: tokens("completion_tokens")?,
             queue_ms: row.try_get("queue_ms")?,
@@ -191,14 +194,15 @@ pub(crate) async fn counts(
     revision_id: &str,
     since: DateTime<Utc>,
 ) -> Result<Counts, sqlx::Error> {
+    let overloads = overload_sql();
     let sql = format!(
         "SELECT COUNT(*), \
-                COALESCE(SUM(CASE WHEN (error_code IS NULL OR error_code NOT IN {OVERLOAD_SQL}) \
+                COALESCE(SUM(CASE WHEN (error_code IS NULL OR error_code NOT IN {overloads}) \
                                    AND (status_code >= 500 \
                                         OR (status_code BETWEEN 200 AND 299 \
                                             AND error_code IS NOT NULL)) \
                                   THEN 1 ELSE 0 END), 0), \
-                COALESCE(SUM(CASE WHEN error_code IN {OVERLOAD_SQL} THEN 1 ELSE 0 END), 0), \
+                COALESCE(SUM(CASE WHEN error_code IN {overloads} THEN 1 ELSE 0 END), 0), \
                 COUNT(ttft_ms) \
          FROM request_log WHERE {REVISION_WINDOW}"
     );

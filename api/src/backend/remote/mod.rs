@@ -17,6 +17,7 @@ use stoker_executor::chat_template::ChatTemplate;
 use stoker_executor::engine::{EngineEvent, EngineStats, ModelInfo};
 use stoker_executor::tokenizer::ModelTokenizer;
 use stoker_executor::{EngineError, RequestHandle, RequestLimits, SeqId, ValidRequest};
+use stoker_schemas::codes::ErrorCode;
 use stoker_schemas::transport::{
     CapacityReport, ControlCommand, ControlMessage, JobMessage, ReplyEvent, ReplyMessage,
     TRANSPORT_VERSION, Versioned,
@@ -185,12 +186,12 @@ impl Inner {
             let p = pending.remove(&r.request_id).expect("looked up above");
             drop(pending);
             let code = if p.delivered {
-                "executor_lost_after_output"
+                ErrorCode::ExecutorLostAfterOutput
             } else {
-                "executor_lost"
+                ErrorCode::ExecutorLost
             };
             let _ = p.events.send(EngineEvent::Error(EngineError::Remote {
-                code: code.into(),
+                code,
                 message: format!(
                     "replies from executor `{}` arrived out of order; the stream cannot be continued",
                     p.executor
@@ -206,7 +207,7 @@ impl Inner {
         // job to another executor instead of failing the client.
         if let ReplyEvent::Error { code, message } = &r.event
             && r.seq == 0
-            && matches!(code.as_str(), "not_ready" | "server_overloaded")
+            && matches!(code, ErrorCode::NotReady | ErrorCode::ServerOverloaded)
             && p.tried.len() < MAX_ATTEMPTS
         {
             let demand = p.job.prompt.len() + p.job.sampling.max_tokens as usize;
@@ -261,14 +262,14 @@ impl Inner {
                 // Not started yet: the request never ran, so to the client
                 // this is the service not being ready, and retryable.
                 let (code, retry) = if p.next_seq == 0 {
-                    ("not_ready", "it had not started; retry it")
+                    (ErrorCode::NotReady, "it had not started; retry it")
                 } else if p.delivered {
-                    ("executor_lost_after_output", "it cannot be resumed")
+                    (ErrorCode::ExecutorLostAfterOutput, "it cannot be resumed")
                 } else {
-                    ("executor_lost", "no output was delivered; retry it")
+                    (ErrorCode::ExecutorLost, "no output was delivered; retry it")
                 };
                 let _ = p.events.send(EngineEvent::Error(EngineError::Remote {
-                    code: code.into(),
+                    code,
                     message: format!("the executor `{id}` serving this request was lost; {retry}"),
                 }));
             }
@@ -290,14 +291,14 @@ impl Inner {
             if let Some(p) = pending.remove(&rid) {
                 tracing::warn!(request_id = %rid, executor = %p.executor, "no reply within the reply timeout");
                 let code = if p.next_seq == 0 {
-                    "not_ready"
+                    ErrorCode::NotReady
                 } else if p.delivered {
-                    "executor_lost_after_output"
+                    ErrorCode::ExecutorLostAfterOutput
                 } else {
-                    "executor_lost"
+                    ErrorCode::ExecutorLost
                 };
                 let _ = p.events.send(EngineEvent::Error(EngineError::Remote {
-                    code: code.into(),
+                    code,
                     message: format!(
                         "no reply from executor `{}` for {} s",
                         p.executor,
@@ -308,12 +309,11 @@ impl Inner {
         }
     }
 
-    fn fail(&self, request_id: &str, code: &str, message: String) {
+    fn fail(&self, request_id: &str, code: ErrorCode, message: String) {
         if let Some(p) = self.pending.lock().unwrap().remove(request_id) {
-            let _ = p.events.send(EngineEvent::Error(EngineError::Remote {
-                code: code.into(),
-                message,
-            }));
+            let _ = p
+                .events
+                .send(EngineEvent::Error(EngineError::Remote { code, message }));
         }
     }
 
@@ -336,7 +336,7 @@ impl Inner {
             {
                 inner.fail(
                     &job.request_id,
-                    "not_ready",
+                    ErrorCode::NotReady,
                     format!("the job could not be handed to an executor: {e}"),
                 );
             }
@@ -426,7 +426,7 @@ impl Backend for RemoteBackend {
                 preferred.as_deref(),
             )
             .ok_or_else(|| EngineError::Remote {
-                code: "not_ready".into(),
+                code: ErrorCode::NotReady,
                 message: "no executor serving this model is ready".into(),
             })?;
         let n = inner.next.fetch_add(1, Ordering::Relaxed);

@@ -100,7 +100,7 @@ async fn edge(State(state): State<AppState>, mut req: Request, next: Next) -> Re
     let served = state.served();
     if let Some(code) = resp.extensions().get::<RejectedCode>().copied() {
         tracing::debug!(
-            code = code.0,
+            code = %code.0,
             status = resp.status().as_u16(),
             "request refused"
         );

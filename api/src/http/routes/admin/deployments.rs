@@ -59,7 +59,7 @@ fn detail(v: &Views, id: &str) -> Result<DeploymentDetail, ApiError> {
 fn not_found(id: &str) -> ApiError {
     ApiError::NotFound {
         message: format!("deployment {id:?} does not exist"),
-        code: "not_found",
+        code: stoker_schemas::codes::ErrorCode::NotFound,
     }
 }
 

@@ -256,7 +256,7 @@ pub async fn request(admin: Admin, ApiPath(id): ApiPath<String>) -> Result<Respo
         Some(r) => Ok(Json(r).into_response()),
         None => Err(ApiError::NotFound {
             message: format!("no request {id:?} in the request log"),
-            code: "not_found",
+            code: stoker_schemas::codes::ErrorCode::NotFound,
         }),
     }
 }
