@@ -79,7 +79,7 @@ async fn engine_rows(
                 .unwrap();
                 let mut h = engine.submit(req).unwrap();
                 while let Some(ev) = h.next().await {
-                    match ev {
+                    match ev.unwrap_or_else(|e| panic!("{e}")) {
                         EngineEvent::Delta { token_ids, .. } => tokens += token_ids.len(),
                         EngineEvent::Finished { .. } => break,
                         EngineEvent::Started { .. } => {}

@@ -227,9 +227,6 @@ impl ApiError {
                 retry_after,
             },
             EngineError::Stopped(m) | EngineError::Internal(m) => ApiError::Internal(m),
-            EngineError::Remote { code, message } => {
-                ApiError::from_remote(code, message, retry_after)
-            }
         }
     }
 

@@ -3,8 +3,6 @@
 
 use std::path::PathBuf;
 
-use stoker_schemas::codes::ErrorCode;
-
 use crate::ids::Lane;
 
 /// Why a model artifact could not be loaded.
@@ -115,8 +113,4 @@ pub enum EngineError {
     Stopped(String),
     #[error("internal engine error: {0}")]
     Internal(String),
-    /// An error relayed from an engine in another process (or about reaching
-    /// it), already named by its catalogue code.
-    #[error("{message}")]
-    Remote { code: ErrorCode, message: String },
 }

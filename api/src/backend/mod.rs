@@ -7,16 +7,18 @@
 //! so every role runs the same code above them; [`Served`] is one loaded
 //! artifact as requests see it.
 
+mod generation;
 pub mod remote;
 mod served;
 pub mod wire;
 
+pub use generation::{BackendError, Generation, Report};
 pub use served::{Provenance, Served, default_revision_id};
 
 use stoker_executor::chat_template::ChatTemplate;
 use stoker_executor::engine::{EngineStats, ModelInfo};
 use stoker_executor::tokenizer::ModelTokenizer;
-use stoker_executor::{Engine, EngineError, RequestHandle, RequestLimits, ValidRequest};
+use stoker_executor::{Engine, RequestLimits, ValidRequest};
 
 /// The served artifact's metadata: what requests are validated, tokenized
 /// and templated against. Fixed for the artifact's life.
@@ -32,11 +34,11 @@ pub trait Artifact: Send + Sync + 'static {
 pub trait Backend: Send + Sync + 'static {
     /// Live load: of the engine, or summed over the ready executors.
     fn stats(&self) -> EngineStats;
-    /// Starts a generation; refusals that depend on live state arrive as the
-    /// handle's first event.
-    fn submit(&self, request: ValidRequest) -> Result<RequestHandle, EngineError>;
+    /// Starts a generation; refusals that depend on live state arrive as its
+    /// first report.
+    fn submit(&self, request: ValidRequest) -> Result<Generation, BackendError>;
     /// One short generation end to end; readiness waits on it.
-    fn warm_up(&self) -> Result<(), EngineError>;
+    fn warm_up(&self) -> Result<(), BackendError>;
     /// Where the generations run, for logs and `x-stoker-executor`.
     fn kind(&self) -> &'static str;
     /// The executors this backend routes to, each with whether it is alive
@@ -65,11 +67,11 @@ impl Backend for Engine {
     fn stats(&self) -> EngineStats {
         Engine::stats(self)
     }
-    fn submit(&self, request: ValidRequest) -> Result<RequestHandle, EngineError> {
-        Engine::submit(self, request)
+    fn submit(&self, request: ValidRequest) -> Result<Generation, BackendError> {
+        Ok(Generation::local(Engine::submit(self, request)?))
     }
-    fn warm_up(&self) -> Result<(), EngineError> {
-        Engine::warm_up(self)
+    fn warm_up(&self) -> Result<(), BackendError> {
+        Ok(Engine::warm_up(self)?)
     }
     fn kind(&self) -> &'static str {
         "in-process"

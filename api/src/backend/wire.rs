@@ -4,9 +4,10 @@
 use std::time::Duration;
 
 use stoker_executor::engine::{EngineEvent, FinishReason, Timings, Usage};
-use stoker_executor::{EngineError, Lane, SamplingParams};
+use stoker_executor::{Lane, SamplingParams};
 use stoker_schemas::transport::{ReplyEvent, WireSampling};
 
+use super::{BackendError, Report};
 use crate::error::{ApiError, RetryAfter};
 
 pub fn sampling_to_wire(p: &SamplingParams) -> WireSampling {
@@ -95,6 +96,15 @@ pub fn event_to_wire(ev: &EngineEvent) -> ReplyEvent {
     }
 }
 
+/// What the executor sends for a generation's report: the event, or the
+/// failure as the API would answer it.
+pub fn report_to_wire(r: &Report) -> ReplyEvent {
+    match r {
+        Ok(ev) => event_to_wire(ev),
+        Err(e) => error_to_wire(&e.clone().into_api(RetryAfter(Duration::from_secs(1)))),
+    }
+}
+
 pub fn error_to_wire(e: &ApiError) -> ReplyEvent {
     let message = match e {
         // The API instance logs and hides internals the same way.
@@ -107,13 +117,13 @@ pub fn error_to_wire(e: &ApiError) -> ReplyEvent {
     }
 }
 
-/// What the API's handle receives for a reply.
-pub fn event_from_wire(ev: ReplyEvent) -> EngineEvent {
+/// What the API's generation reports for a reply.
+pub fn event_from_wire(ev: ReplyEvent) -> Report {
     match ev {
-        ReplyEvent::Started { queue_ms } => EngineEvent::Started {
+        ReplyEvent::Started { queue_ms } => Ok(EngineEvent::Started {
             queue: dur(queue_ms),
-        },
-        ReplyEvent::Delta { text, token_ids } => EngineEvent::Delta { text, token_ids },
+        }),
+        ReplyEvent::Delta { text, token_ids } => Ok(EngineEvent::Delta { text, token_ids }),
         ReplyEvent::Finished {
             reason,
             prompt_tokens,
@@ -125,7 +135,7 @@ pub fn event_from_wire(ev: ReplyEvent) -> EngineEvent {
             decode_ms,
             total_ms,
             preemptions,
-        } => EngineEvent::Finished {
+        } => Ok(EngineEvent::Finished {
             reason: match reason.as_str() {
                 "stop" => FinishReason::Stop,
                 "length" => FinishReason::Length,
@@ -144,15 +154,15 @@ pub fn event_from_wire(ev: ReplyEvent) -> EngineEvent {
                 total: dur(total_ms),
                 preemptions,
             },
-        },
-        ReplyEvent::Error { code, message } => {
-            EngineEvent::Error(EngineError::Remote { code, message })
-        }
+        }),
+        ReplyEvent::Error { code, message } => Err(BackendError::Remote { code, message }),
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use stoker_executor::EngineError;
+
     use super::*;
     use stoker_schemas::codes::ErrorCode;
 
@@ -184,7 +194,7 @@ mod tests {
             },
         ];
         for ev in events {
-            assert_eq!(event_from_wire(event_to_wire(&ev)), ev);
+            assert_eq!(event_from_wire(event_to_wire(&ev)), Ok(ev));
         }
     }
 
@@ -194,10 +204,8 @@ mod tests {
             lane: Lane::Interactive,
         });
         let back = event_from_wire(event_to_wire(&ev));
-        let EngineEvent::Error(e) = back else {
-            panic!("{back:?}")
-        };
-        let api = ApiError::from_engine(e, RetryAfter(Duration::from_secs(2)));
+        let Err(e) = back else { panic!("{back:?}") };
+        let api = e.into_api(RetryAfter(Duration::from_secs(2)));
         assert_eq!(api.code(), ErrorCode::ServerOverloaded);
         assert_eq!(api.retry_after(), Some(RetryAfter(Duration::from_secs(2))));
     }
@@ -209,10 +217,8 @@ mod tests {
                 code,
                 message: "m".into(),
             });
-            let EngineEvent::Error(e) = ev else {
-                panic!("{ev:?}")
-            };
-            ApiError::from_engine(e, RetryAfter(Duration::from_secs(1)))
+            let Err(e) = ev else { panic!("{ev:?}") };
+            e.into_api(RetryAfter(Duration::from_secs(1)))
         };
         for &code in ErrorCode::ALL {
             let api = back(code);

@@ -4,25 +4,25 @@
 //! [`start`] admits the request at the edge, submits it, and waits for the
 //! engine's `Started` event, so a refusal by the engine (queue full, cannot
 //! fit) still becomes an HTTP status rather than a broken stream. The
-//! returned [`Running`] owns the engine handle and the admission ticket: if
-//! the client goes away, hyper drops the response future or body, the handle's
-//! `Drop` cancels the sequence, and the ticket's `Drop` returns capacity.
+//! returned [`Running`] owns the [`Generation`] and the admission ticket: if
+//! the client goes away, hyper drops the response future or body, the
+//! generation's `Drop` cancels it, and the ticket's `Drop` returns capacity.
 
 use std::time::{Duration, Instant};
 
+use stoker_executor::Lane;
 use stoker_executor::engine::{EngineEvent, FinishReason, Timings, Usage};
-use stoker_executor::{Lane, RequestHandle};
 use tokio::sync::watch;
 
 use crate::admission::{Demand, Ticket};
-use crate::backend::Served;
+use crate::backend::{Generation, Served};
 use crate::edge::validate::Prepared;
 use crate::error::ApiError;
 use crate::state::AppState;
 
 /// An admitted request that the engine has scheduled.
 pub struct Running {
-    handle: RequestHandle,
+    handle: Generation,
     /// The edge's admission share; batch rows bypass edge admission (the
     /// engine's batch lane bounds them) and hold none.
     _ticket: Option<Ticket>,
@@ -93,15 +93,13 @@ async fn submit(
     let mut handle = served
         .backend
         .submit(prepared.request)
-        .map_err(|e| ApiError::from_engine(e, state.admission.retry_hint()))?;
+        .map_err(|e| e.into_api(state.admission.retry_hint()))?;
     let mut hard_stop = state.hard_stop();
     let queue = tokio::select! {
             ev = handle.next() => match ev {
-                Some(EngineEvent::Started { queue }) => queue,
-                Some(EngineEvent::Error(e)) => {
-                    return Err(ApiError::from_engine(e, state.admission.retry_hint()));
-                }
-                Some(other) => {
+                Some(Ok(EngineEvent::Started { queue })) => queue,
+                Some(Err(e)) => return Err(e.into_api(state.admission.retry_hint())),
+                Some(Ok(other)) => {
                     return Err(ApiError::Internal(format!(
                         "engine sent {other:?} before Started"
                     )));
@@ -153,22 +151,24 @@ impl Running {
                 }
             };
             return match ev? {
-                EngineEvent::Started { .. } => continue,
-                EngineEvent::Delta { text, .. } if text.is_empty() => continue,
-                EngineEvent::Delta { text, .. } => Some(Step::Text(text)),
-                EngineEvent::Finished {
+                Ok(EngineEvent::Started { .. }) => continue,
+                Ok(EngineEvent::Delta { text, .. }) if text.is_empty() => continue,
+                Ok(EngineEvent::Delta { text, .. }) => Some(Step::Text(text)),
+                Ok(EngineEvent::Finished {
                     reason,
                     usage,
                     timings,
-                } => Some(Step::Done {
+                }) => Some(Step::Done {
                     reason,
                     usage,
                     timings,
                 }),
-                EngineEvent::Error(e) => Some(Step::Failed(ApiError::from_engine(
+                // `Generation` reports failures as `Err`.
+                Ok(EngineEvent::Error(e)) => Some(Step::Failed(ApiError::from_engine(
                     e,
                     state.admission.retry_hint(),
                 ))),
+                Err(e) => Some(Step::Failed(e.into_api(state.admission.retry_hint()))),
             };
         }
     }

@@ -293,7 +293,7 @@ impl JobServer {
         let mut handle = match served.backend.submit(request) {
             Ok(h) => h,
             Err(e) => {
-                self.reply(&job, &mut seq, wire::event_to_wire(&EngineEvent::Error(e)))
+                self.reply(&job, &mut seq, wire::report_to_wire(&Err(e)))
                     .await;
                 return;
             }
@@ -322,25 +322,28 @@ impl JobServer {
                 }
             };
             let Some(ev) = ev else { break };
-            if let EngineEvent::Started { .. } = ev {
+            if let Ok(EngineEvent::Started { .. }) = ev {
                 ticket.started();
             }
-            if let EngineEvent::Finished {
+            if let Ok(EngineEvent::Finished {
                 reason,
                 usage,
                 timings,
-            } = &ev
+            }) = &ev
             {
                 served
                     .metrics
                     .record_finished(lane, reason.as_str(), usage, timings);
                 tracing::debug!(request_id = %job.request_id, lane = lane_name(lane), "job finished");
             }
-            let end = matches!(ev, EngineEvent::Finished { .. } | EngineEvent::Error(_));
-            if matches!(&ev, EngineEvent::Delta { text, .. } if text.is_empty()) {
+            let end = matches!(
+                ev,
+                Ok(EngineEvent::Finished { .. } | EngineEvent::Error(_)) | Err(_)
+            );
+            if matches!(&ev, Ok(EngineEvent::Delta { text, .. }) if text.is_empty()) {
                 continue;
             }
-            if !self.reply(&job, &mut seq, wire::event_to_wire(&ev)).await {
+            if !self.reply(&job, &mut seq, wire::report_to_wire(&ev)).await {
                 // The API cannot hear us: stop spending the engine on it.
                 handle.cancel();
             }

@@ -207,7 +207,7 @@ impl Engine {
         Ok(RequestHandle {
             seq,
             events: events_rx,
-            cancel: Canceller::Engine(self.tx.clone()),
+            cancel: self.tx.clone(),
             done: false,
         })
     }
@@ -250,16 +250,12 @@ impl Drop for Engine {
 
 /// How a handle cancels its request: through this engine's command channel,
 /// or through whatever another process's transport gave it.
-enum Canceller {
-    Engine(mpsc::Sender<Command>),
-    External(Box<dyn Fn() + Send + Sync>),
-}
-
 /// The caller's side of one request. Dropping it cancels the request.
 pub struct RequestHandle {
     seq: SeqId,
     events: tmpsc::UnboundedReceiver<EngineEvent>,
-    cancel: Canceller,
+    /// Where `cancel` goes: the engine thread's command queue.
+    cancel: mpsc::Sender<Command>,
     done: bool,
 }
 
@@ -283,22 +279,6 @@ pub struct Collected {
 }
 
 impl RequestHandle {
-    /// A handle for a request an engine in another process runs: its events
-    /// arrive on `events` (sent by the caller's transport), and `cancel` runs
-    /// when the caller cancels or drops the handle before the request ended.
-    pub fn external(
-        seq: SeqId,
-        events: tmpsc::UnboundedReceiver<EngineEvent>,
-        cancel: impl Fn() + Send + Sync + 'static,
-    ) -> Self {
-        RequestHandle {
-            seq,
-            events,
-            cancel: Canceller::External(Box::new(cancel)),
-            done: false,
-        }
-    }
-
     pub fn seq(&self) -> SeqId {
         self.seq
     }
@@ -344,12 +324,7 @@ impl RequestHandle {
 
     /// Cancels now; the handle then reports `Finished { Cancelled }`.
     pub fn cancel(&self) {
-        match &self.cancel {
-            Canceller::Engine(tx) => {
-                let _ = tx.send(Command::Cancel(self.seq));
-            }
-            Canceller::External(f) => f(),
-        }
+        let _ = self.cancel.send(Command::Cancel(self.seq));
     }
 
     pub fn collect_blocking(&mut self) -> Collected {

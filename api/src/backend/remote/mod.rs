@@ -2,7 +2,7 @@
 //!
 //! [`RemoteBackend::submit`] picks the executor with the most headroom from
 //! the capacity view, sends the job to its partition, and hands back a
-//! [`RequestHandle`] fed by this instance's reply partition. A watchdog
+//! [`Generation`] fed by this instance's reply partition. A watchdog
 //! declares an executor lost when its reports stop; the requests it held end
 //! at once with `executor_lost` (retryable while no token was delivered), so
 //! a stream never continues with text from another generation.
@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use stoker_controlplane::transport::Kafka;
 use stoker_executor::chat_template::ChatTemplate;
-use stoker_executor::engine::{EngineEvent, EngineStats, ModelInfo};
+use stoker_executor::engine::{EngineStats, ModelInfo};
 use stoker_executor::tokenizer::ModelTokenizer;
-use stoker_executor::{EngineError, RequestHandle, RequestLimits, SeqId, ValidRequest};
+use stoker_executor::{RequestLimits, ValidRequest};
 use stoker_schemas::codes::ErrorCode;
 use stoker_schemas::transport::{
     CapacityReport, ControlCommand, ControlMessage, JobMessage, ReplyEvent, ReplyMessage,
@@ -28,7 +28,7 @@ pub mod capacity;
 pub mod prefix;
 
 use super::wire;
-use crate::backend::{Artifact, Backend};
+use crate::backend::{Artifact, Backend, BackendError, Generation, Report};
 use crate::kafka::unix_ms;
 use capacity::{CapacityView, Entry};
 use prefix::PrefixIndex;
@@ -37,7 +37,7 @@ use prefix::PrefixIndex;
 const MAX_ATTEMPTS: usize = 3;
 
 struct Pending {
-    events: mpsc::UnboundedSender<EngineEvent>,
+    events: mpsc::UnboundedSender<Report>,
     executor: String,
     /// The job as sent, for a retry elsewhere; executors that refused it.
     job: JobMessage,
@@ -190,7 +190,7 @@ impl Inner {
             } else {
                 ErrorCode::ExecutorLost
             };
-            let _ = p.events.send(EngineEvent::Error(EngineError::Remote {
+            let _ = p.events.send(Err(BackendError::Remote {
                 code,
                 message: format!(
                     "replies from executor `{}` arrived out of order; the stream cannot be continued",
@@ -268,7 +268,7 @@ impl Inner {
                 } else {
                     (ErrorCode::ExecutorLost, "no output was delivered; retry it")
                 };
-                let _ = p.events.send(EngineEvent::Error(EngineError::Remote {
+                let _ = p.events.send(Err(BackendError::Remote {
                     code,
                     message: format!("the executor `{id}` serving this request was lost; {retry}"),
                 }));
@@ -297,7 +297,7 @@ impl Inner {
                 } else {
                     ErrorCode::ExecutorLost
                 };
-                let _ = p.events.send(EngineEvent::Error(EngineError::Remote {
+                let _ = p.events.send(Err(BackendError::Remote {
                     code,
                     message: format!(
                         "no reply from executor `{}` for {} s",
@@ -311,9 +311,7 @@ impl Inner {
 
     fn fail(&self, request_id: &str, code: ErrorCode, message: String) {
         if let Some(p) = self.pending.lock().unwrap().remove(request_id) {
-            let _ = p
-                .events
-                .send(EngineEvent::Error(EngineError::Remote { code, message }));
+            let _ = p.events.send(Err(BackendError::Remote { code, message }));
         }
     }
 
@@ -403,7 +401,7 @@ impl Backend for RemoteBackend {
             .stats(&self.inner.info.identity.sha256, Instant::now())
     }
 
-    fn submit(&self, request: ValidRequest) -> Result<RequestHandle, EngineError> {
+    fn submit(&self, request: ValidRequest) -> Result<Generation, BackendError> {
         let inner = &self.inner;
         let demand = request.prompt().len() + request.params().max_tokens;
         // Prefer the executor whose cache holds this prompt's prefix (the
@@ -425,7 +423,7 @@ impl Backend for RemoteBackend {
                 Instant::now(),
                 preferred.as_deref(),
             )
-            .ok_or_else(|| EngineError::Remote {
+            .ok_or_else(|| BackendError::Remote {
                 code: ErrorCode::NotReady,
                 message: "no executor serving this model is ready".into(),
             })?;
@@ -464,7 +462,7 @@ impl Backend for RemoteBackend {
         );
         inner.send_job(job, partition);
         let weak = Arc::downgrade(inner);
-        Ok(RequestHandle::external(SeqId(n), rx, move || {
+        Ok(Generation::remote(rx, move || {
             if let Some(i) = weak.upgrade() {
                 i.cancel(&request_id);
             }
@@ -472,7 +470,7 @@ impl Backend for RemoteBackend {
     }
 
     /// Ready once some executor serving this model reports ready.
-    fn warm_up(&self) -> Result<(), EngineError> {
+    fn warm_up(&self) -> Result<(), BackendError> {
         while !self.any_ready() {
             std::thread::sleep(Duration::from_millis(50));
         }
