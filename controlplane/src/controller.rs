@@ -147,7 +147,7 @@ pub async fn tick(cp: &ControlPlane, log: &RequestLog) -> Result<Vec<Decision>, 
             Ok(_) => {
                 tracing::info!(rollout = %r.rollout_id, action = name, %reason, "rollout controller decided");
                 out.push(Decision {
-                    rollout_id: r.rollout_id.clone(),
+                    rollout_id: r.rollout_id.to_string(),
                     action: name,
                     reason,
                 });

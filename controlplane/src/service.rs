@@ -362,7 +362,7 @@ pub fn route_in(v: &Views, deployment_id: &str, key: &str) -> Result<RouteDecisi
     Ok(RouteDecision {
         deployment_id: deployment_id.to_owned(),
         revision_id: chosen.to_owned(),
-        rollout_id: rollout.map(|r| r.rollout_id.clone()),
+        rollout_id: rollout.map(|r| r.rollout_id.to_string()),
     })
 }
 

@@ -22,6 +22,7 @@ use stoker_controlplane::batch::{
 };
 use stoker_controlplane::service::ControlPlane;
 use stoker_schemas::events::BatchOutcome;
+use stoker_schemas::ids::BatchId;
 use stoker_test_support::{TempDir, temp_dir};
 use support::{Fixture, Kind};
 use tokio::sync::Semaphore;
@@ -56,13 +57,13 @@ impl RowExecutor for Fake {
             if fail_every > 0 && n.is_multiple_of(fail_every) {
                 return RowOutcome::Response {
                     status_code: 400,
-                    request_id: tag.into(),
+                    request_id: tag.parse().unwrap(),
                     body: json!({"error": {"code": "invalid_value", "message": "bad row"}}),
                 };
             }
             RowOutcome::Response {
                 status_code: 200,
-                request_id: tag.into(),
+                request_id: tag.parse().unwrap(),
                 body: json!({"tag": tag, "row": n, "echo": row.body}),
             }
         })
@@ -124,7 +125,7 @@ async fn open(
     Batches::new(cp, Storage::local(dir).unwrap(), s, owner.into())
 }
 
-async fn submit(b: &Batches, rows: usize) -> String {
+async fn submit(b: &Batches, rows: usize) -> BatchId {
     let f = b
         .upload("acme", "in.jsonl", "batch", input(rows))
         .await
@@ -134,7 +135,7 @@ async fn submit(b: &Batches, rows: usize) -> String {
             "acme",
             "alice",
             CreateBatch {
-                input_file_id: f.id,
+                input_file_id: f.id.to_string(),
                 endpoint: "/v1/completions".into(),
                 completion_window: "24h".into(),
                 metadata: BTreeMap::new(),
@@ -146,7 +147,7 @@ async fn submit(b: &Batches, rows: usize) -> String {
     l.view.batch_id
 }
 
-async fn wait_status(b: &Batches, id: &str, want: &str, timeout: Duration) {
+async fn wait_status(b: &Batches, id: &BatchId, want: &str, timeout: Duration) {
     let until = Instant::now() + timeout;
     loop {
         let l = b.get("acme", id).await.unwrap();
@@ -163,7 +164,7 @@ async fn wait_status(b: &Batches, id: &str, want: &str, timeout: Duration) {
 }
 
 /// custom_id → line, across the output and error files; panics on a repeat.
-async fn results(b: &Batches, id: &str) -> HashMap<String, Value> {
+async fn results(b: &Batches, id: &BatchId) -> HashMap<String, Value> {
     let l = b.get("acme", id).await.unwrap();
     let mut all = HashMap::new();
     for file in [l.view.output_file_id, l.view.error_file_id]
@@ -277,7 +278,7 @@ async fn fencing(kind: Kind) {
         .unwrap();
     assert_eq!((f.completed, f.failed), (40, 0));
     let out = b
-        .file_content("acme", f.output_file_id.as_deref().unwrap())
+        .file_content("acme", f.output_file_id.as_ref().unwrap())
         .await
         .unwrap();
     let mut seen = std::collections::HashSet::new();
@@ -409,7 +410,10 @@ async fn cancel_keeps_completed_rows_and_names_the_rest() {
     // The audit trail names who cancelled.
     let events =
         e.fx.store
-            .read_stream(&stoker_controlplane::store::StreamRef::new("batch", &id))
+            .read_stream(&stoker_controlplane::store::StreamRef::new(
+                "batch",
+                id.as_str(),
+            ))
             .await
             .unwrap();
     let types: Vec<(&str, &str)> = events
@@ -441,7 +445,7 @@ async fn the_backlog_has_a_ceiling() {
         .await
         .unwrap();
     let req = CreateBatch {
-        input_file_id: f.id.clone(),
+        input_file_id: f.id.to_string(),
         endpoint: "/v1/completions".into(),
         completion_window: "24h".into(),
         metadata: BTreeMap::new(),
@@ -461,7 +465,7 @@ async fn the_backlog_has_a_ceiling() {
             "acme",
             "alice",
             CreateBatch {
-                input_file_id: big.id,
+                input_file_id: big.id.to_string(),
                 ..req.clone()
             },
         )
@@ -573,10 +577,10 @@ async fn an_expired_batch_ends_with_every_row_named() {
         .await
         .unwrap();
     // A batch whose window ended a second ago, as a long-stopped server finds it.
-    let id = "batch_expired1";
+    let id: &BatchId = &"batch_expired1".parse().unwrap();
     let cp = ControlPlane::open(e.fx.store.clone()).await.unwrap();
     let created = BatchCreated {
-        batch_id: id.into(),
+        batch_id: id.clone(),
         tenant: "acme".into(),
         input_file_id: f.id,
         endpoint: "/v1/completions".into(),

@@ -30,7 +30,7 @@ fn limits() -> DeploymentLimits {
 
 fn spec(rev: &str, sha: &str) -> RevisionSpec {
     RevisionSpec {
-        deployment_id: "d1".into(),
+        deployment_id: "d1".parse().unwrap(),
         revision_id: rev.into(),
         model_uri: format!("file:///m/{rev}.gguf"),
         model_sha256: sha.into(),
@@ -71,9 +71,9 @@ fn row(
     RequestRecord {
         request_id: format!("req-{revision}-{i}-{}", uuid::Uuid::new_v4().simple()),
         tenant: "acme".into(),
-        deployment_id: "d1".into(),
+        deployment_id: "d1".parse().unwrap(),
         revision_id: Some(revision.into()),
-        executor_id: Some("x1".into()),
+        executor_id: Some("x1".parse().unwrap()),
         lane: "interactive".into(),
         rollout_id: None,
         endpoint: "/v1/chat/completions".into(),

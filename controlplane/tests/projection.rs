@@ -108,9 +108,9 @@ async fn history(cp: &ControlPlane) -> String {
         .await
         .unwrap();
     let reg = ExecutorCommand::Register {
-        executor_id: "x1".into(),
-        deployment_id: "d1".into(),
-        revision_id: "b".into(),
+        executor_id: "x1".parse().unwrap(),
+        deployment_id: "d1".parse().unwrap(),
+        revision_id: "b".parse().unwrap(),
     };
     cp.executor_command("x1", reg, &alice).await.unwrap();
     cp.executor_command(

@@ -34,7 +34,7 @@ fn limits() -> DeploymentLimits {
 
 fn create() -> DeploymentCommand {
     DeploymentCommand::Create {
-        deployment_id: DEP.into(),
+        deployment_id: DEP.parse().unwrap(),
         limits: limits(),
     }
 }
@@ -49,7 +49,7 @@ fn set_serving(revision: &str) -> DeploymentCommand {
 fn start(rollout: &str) -> DeploymentCommand {
     DeploymentCommand::StartRollout {
         rollout_id: rollout.into(),
-        to_revision: "b".into(),
+        to_revision: "b".parse().unwrap(),
         to_revision_verified: true,
         steps: vec![10, 50, 100],
         gates: SloGates::default(),
@@ -188,11 +188,11 @@ mod cases {
             set_serving("a"),
             start("ro1"),
             DeploymentCommand::AdvanceRollout {
-                rollout_id: "ro1".into(),
+                rollout_id: "ro1".parse().unwrap(),
                 figures: None,
             },
             DeploymentCommand::PauseRollout {
-                rollout_id: "ro1".into(),
+                rollout_id: "ro1".parse().unwrap(),
             },
         ] {
             written.extend(
@@ -270,7 +270,7 @@ mod cases {
         // A version this build has no upcaster for is refused the same way.
         let (event_type, payload) =
             DeploymentEvent::from(stoker_schemas::events::DeploymentRetired {
-                deployment_id: DEP.into(),
+                deployment_id: DEP.parse().unwrap(),
             })
             .to_parts();
         let future = NewEvent::new(event_type, EVENT_VERSION + 1, payload, Actor::from("alice"));

@@ -25,7 +25,7 @@ fn row(i: u32) -> RequestRecord {
     RequestRecord {
         request_id: format!("req_{i:06}"),
         tenant: format!("tenant-{}", i % 7),
-        deployment_id: "dep-chat".to_owned(),
+        deployment_id: "dep-chat".parse().unwrap(),
         revision_id: Some(format!("rev-{}", i % 3)),
         executor_id: (!i.is_multiple_of(5)).then(|| format!("exec-{}", i % 5)),
         lane: if i.is_multiple_of(2) {

@@ -9,10 +9,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use crate::ids::{BatchId, FileId, RequestId};
+
 /// A stored file (`object: "file"`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct FileObject {
-    pub id: String,
+    #[schema(value_type = String)]
+    pub id: FileId,
     pub object: String,
     /// Size in bytes.
     pub bytes: u64,
@@ -38,7 +41,8 @@ pub struct FileList {
 /// `DELETE /v1/files/{id}`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct FileDeleted {
-    pub id: String,
+    #[schema(value_type = String)]
+    pub id: FileId,
     pub object: String,
     pub deleted: bool,
 }
@@ -56,6 +60,8 @@ pub struct FileUpload {
 /// `POST /v1/batches`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct CreateBatchRequest {
+    // A string, not a `FileId`: the handler parses it, so a malformed id is
+    // the same 404 `file_not_found` as an unknown one.
     pub input_file_id: String,
     /// `/v1/chat/completions` or `/v1/completions`; every line's `url`.
     pub endpoint: String,
@@ -92,17 +98,21 @@ pub struct BatchErrors {
 /// A batch (`object: "batch"`). Times are unix seconds.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Batch {
-    pub id: String,
+    #[schema(value_type = String)]
+    pub id: BatchId,
     pub object: String,
     pub endpoint: String,
     pub errors: Option<BatchErrors>,
-    pub input_file_id: String,
+    #[schema(value_type = String)]
+    pub input_file_id: FileId,
     pub completion_window: String,
     /// validating, failed, in_progress, finalizing, completed, expired,
     /// cancelling or cancelled.
     pub status: String,
-    pub output_file_id: Option<String>,
-    pub error_file_id: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub output_file_id: Option<FileId>,
+    #[schema(value_type = Option<String>)]
+    pub error_file_id: Option<FileId>,
     pub created_at: i64,
     pub in_progress_at: Option<i64>,
     pub expires_at: Option<i64>,
@@ -121,8 +131,10 @@ pub struct Batch {
 pub struct BatchList {
     pub object: String,
     pub data: Vec<Batch>,
-    pub first_id: Option<String>,
-    pub last_id: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub first_id: Option<BatchId>,
+    #[schema(value_type = Option<String>)]
+    pub last_id: Option<BatchId>,
     pub has_more: bool,
 }
 
@@ -130,7 +142,8 @@ pub struct BatchList {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct BatchOutputLine {
     /// `batch_req_…`.
-    pub id: String,
+    #[schema(value_type = String)]
+    pub id: RequestId,
     pub custom_id: String,
     /// The online API's answer; `null` for a row that never ran.
     pub response: Option<BatchResponse>,
@@ -141,7 +154,8 @@ pub struct BatchOutputLine {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct BatchResponse {
     pub status_code: u16,
-    pub request_id: String,
+    #[schema(value_type = String)]
+    pub request_id: RequestId,
     /// The completion object (200, with `system_fingerprint` naming the
     /// revision) or the online API's error body.
     #[schema(value_type = Object)]

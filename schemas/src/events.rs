@@ -9,8 +9,9 @@
 //! convert between the two. Payloads stay readable when fields are added: unknown
 //! fields are ignored and every later addition is an `Option` or has a serde
 //! default. A change that cannot be expressed that way bumps [`EVENT_VERSION`]
-//! and registers an upcaster in the store. Ids are plain strings on the wire;
-//! the control plane validates them before any event is written. The JSON
+//! and registers an upcaster in the store. Ids are the newtypes of
+//! [`crate::ids`]: plain strings on the wire, validated when an event is
+//! built and again when it is read back. The JSON
 //! Schemas under `schemas/events/` are generated from these types and checked
 //! against them by a test.
 
@@ -18,6 +19,8 @@ use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use crate::ids::{BatchId, DeploymentId, ExecutorId, FileId, RevisionId, RolloutId};
 
 /// The payload schema version written with every event of this build.
 pub const EVENT_VERSION: i32 = 1;
@@ -169,36 +172,36 @@ macro_rules! event_enum {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct DeploymentCreated {
-    pub deployment_id: String,
+    pub deployment_id: DeploymentId,
     pub limits: DeploymentLimits,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct DeploymentLimitsChanged {
-    pub deployment_id: String,
+    pub deployment_id: DeploymentId,
     pub limits: DeploymentLimits,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct DeploymentRetired {
-    pub deployment_id: String,
+    pub deployment_id: DeploymentId,
 }
 
 /// The revision that takes all traffic when no rollout is active.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ServingRevisionSet {
-    pub deployment_id: String,
-    pub revision_id: String,
+    pub deployment_id: DeploymentId,
+    pub revision_id: RevisionId,
 }
 
 /// A rollout from the serving revision to `to_revision`; traffic to
 /// `to_revision` starts at `steps[0]` percent.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RolloutStarted {
-    pub deployment_id: String,
-    pub rollout_id: String,
-    pub from_revision: String,
-    pub to_revision: String,
+    pub deployment_id: DeploymentId,
+    pub rollout_id: RolloutId,
+    pub from_revision: RevisionId,
+    pub to_revision: RevisionId,
     /// Percent of traffic to `to_revision` at each step, ending at 100.
     pub steps: Vec<u8>,
     pub gates: SloGates,
@@ -206,8 +209,8 @@ pub struct RolloutStarted {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RolloutAdvanced {
-    pub deployment_id: String,
-    pub rollout_id: String,
+    pub deployment_id: DeploymentId,
+    pub rollout_id: RolloutId,
     /// Index into the rollout's `steps`.
     pub step: u32,
     /// Percent of traffic now sent to `to_revision` (`steps[step]`).
@@ -218,21 +221,21 @@ pub struct RolloutAdvanced {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RolloutPaused {
-    pub deployment_id: String,
-    pub rollout_id: String,
+    pub deployment_id: DeploymentId,
+    pub rollout_id: RolloutId,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RolloutResumed {
-    pub deployment_id: String,
-    pub rollout_id: String,
+    pub deployment_id: DeploymentId,
+    pub rollout_id: RolloutId,
 }
 
 /// Traffic returns entirely to the rollout's `from_revision`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RolloutRolledBack {
-    pub deployment_id: String,
-    pub rollout_id: String,
+    pub deployment_id: DeploymentId,
+    pub rollout_id: RolloutId,
     #[serde(default)]
     pub figures: Option<GateFigures>,
 }
@@ -240,9 +243,9 @@ pub struct RolloutRolledBack {
 /// `revision_id` (the rollout's `to_revision`) becomes the serving revision.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RolloutCompleted {
-    pub deployment_id: String,
-    pub rollout_id: String,
-    pub revision_id: String,
+    pub deployment_id: DeploymentId,
+    pub rollout_id: RolloutId,
+    pub revision_id: RevisionId,
 }
 
 event_enum! {
@@ -269,8 +272,8 @@ event_enum! {
 /// The artifact was read and its sha256 matched `model_sha256`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RevisionRegistered {
-    pub deployment_id: String,
-    pub revision_id: String,
+    pub deployment_id: DeploymentId,
+    pub revision_id: RevisionId,
     pub model_uri: String,
     /// Lowercase hex.
     pub model_sha256: String,
@@ -313,8 +316,8 @@ pub struct CapacityEnvelope {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct CapacityProfileRecorded {
-    pub deployment_id: String,
-    pub revision_id: String,
+    pub deployment_id: DeploymentId,
+    pub revision_id: RevisionId,
     pub workload: String,
     pub envelope: CapacityEnvelope,
 }
@@ -330,29 +333,29 @@ event_enum! {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ExecutorRegistered {
-    pub executor_id: String,
-    pub deployment_id: String,
-    pub revision_id: String,
+    pub executor_id: ExecutorId,
+    pub deployment_id: DeploymentId,
+    pub revision_id: RevisionId,
 }
 
 /// The executor takes no new requests and finishes the ones it holds.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ExecutorDraining {
-    pub executor_id: String,
-    pub deployment_id: String,
+    pub executor_id: ExecutorId,
+    pub deployment_id: DeploymentId,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ExecutorDrained {
-    pub executor_id: String,
-    pub deployment_id: String,
+    pub executor_id: ExecutorId,
+    pub deployment_id: DeploymentId,
 }
 
 /// The executor stopped answering; the requests it held are gone.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ExecutorLost {
-    pub executor_id: String,
-    pub deployment_id: String,
+    pub executor_id: ExecutorId,
+    pub deployment_id: DeploymentId,
 }
 
 event_enum! {
@@ -371,9 +374,9 @@ event_enum! {
 /// and fits the backlog. It starts `validating` until its shards exist.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct BatchCreated {
-    pub batch_id: String,
+    pub batch_id: BatchId,
     pub tenant: String,
-    pub input_file_id: String,
+    pub input_file_id: FileId,
     /// `/v1/chat/completions` or `/v1/completions`.
     pub endpoint: String,
     /// As the client sent it, e.g. `24h`.
@@ -392,20 +395,20 @@ pub struct BatchCreated {
 /// The shards exist and runners may take them.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct BatchStarted {
-    pub batch_id: String,
+    pub batch_id: BatchId,
     pub shards: u64,
 }
 
 /// A client asked to cancel; running rows stop and completed ones are kept.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct BatchCancelRequested {
-    pub batch_id: String,
+    pub batch_id: BatchId,
 }
 
 /// Every row has ended (or been stopped); the output files are being assembled.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct BatchFinalizing {
-    pub batch_id: String,
+    pub batch_id: BatchId,
 }
 
 /// How a batch ended and where its results are.
@@ -420,12 +423,12 @@ pub enum BatchOutcome {
 /// The output and error files are written; the batch is over.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct BatchEnded {
-    pub batch_id: String,
+    pub batch_id: BatchId,
     pub outcome: BatchOutcome,
     #[serde(default)]
-    pub output_file_id: Option<String>,
+    pub output_file_id: Option<FileId>,
     #[serde(default)]
-    pub error_file_id: Option<String>,
+    pub error_file_id: Option<FileId>,
     /// Rows whose request returned 200.
     pub completed: u64,
     /// Rows in the error file: refused when run, or never run.
@@ -435,7 +438,7 @@ pub struct BatchEnded {
 /// The batch could not run at all (e.g. its input file vanished).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct BatchFailed {
-    pub batch_id: String,
+    pub batch_id: BatchId,
     pub code: String,
     pub message: String,
 }

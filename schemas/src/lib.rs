@@ -11,5 +11,6 @@ pub mod batch;
 pub mod codes;
 pub mod error;
 pub mod events;
+pub mod ids;
 pub mod openai;
 pub mod transport;

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use serde_json::json;
 use stoker_schemas::events::*;
+use stoker_schemas::ids::{BatchId, DeploymentId, ExecutorId, RolloutId};
 
 fn events_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("events")
@@ -56,7 +57,7 @@ fn figures() -> GateFigures {
 }
 
 fn deployment_events() -> Vec<DeploymentEvent> {
-    let (d, r) = ("chat".to_owned(), "ro_1".to_owned());
+    let (d, r): (DeploymentId, RolloutId) = ("chat".parse().unwrap(), "ro_1".parse().unwrap());
     vec![
         DeploymentCreated {
             deployment_id: d.clone(),
@@ -74,14 +75,14 @@ fn deployment_events() -> Vec<DeploymentEvent> {
         .into(),
         ServingRevisionSet {
             deployment_id: d.clone(),
-            revision_id: "a".into(),
+            revision_id: "a".parse().unwrap(),
         }
         .into(),
         RolloutStarted {
             deployment_id: d.clone(),
             rollout_id: r.clone(),
-            from_revision: "a".into(),
-            to_revision: "b".into(),
+            from_revision: "a".parse().unwrap(),
+            to_revision: "b".parse().unwrap(),
             steps: vec![5, 25, 50, 100],
             gates: SloGates {
                 ttft_p99_ms: Some(250.0),
@@ -118,7 +119,7 @@ fn deployment_events() -> Vec<DeploymentEvent> {
         RolloutCompleted {
             deployment_id: d,
             rollout_id: r,
-            revision_id: "b".into(),
+            revision_id: "b".parse().unwrap(),
         }
         .into(),
     ]
@@ -127,8 +128,8 @@ fn deployment_events() -> Vec<DeploymentEvent> {
 fn revision_events() -> Vec<RevisionEvent> {
     vec![
         RevisionRegistered {
-            deployment_id: "chat".into(),
-            revision_id: "b".into(),
+            deployment_id: "chat".parse().unwrap(),
+            revision_id: "b".parse().unwrap(),
             model_uri: "file:///models/b.gguf".into(),
             model_sha256: "ab".repeat(32),
             tokenizer_hash: "t1".into(),
@@ -143,8 +144,8 @@ fn revision_events() -> Vec<RevisionEvent> {
 fn capacity_events() -> Vec<CapacityProfileEvent> {
     vec![
         CapacityProfileRecorded {
-            deployment_id: "chat".into(),
-            revision_id: "b".into(),
+            deployment_id: "chat".parse().unwrap(),
+            revision_id: "b".parse().unwrap(),
             workload: "short-chat".into(),
             envelope: CapacityEnvelope {
                 concurrency: 8,
@@ -163,12 +164,12 @@ fn capacity_events() -> Vec<CapacityProfileEvent> {
 }
 
 fn executor_events() -> Vec<ExecutorEvent> {
-    let (x, d) = ("ex-1".to_owned(), "chat".to_owned());
+    let (x, d): (ExecutorId, DeploymentId) = ("ex-1".parse().unwrap(), "chat".parse().unwrap());
     vec![
         ExecutorRegistered {
             executor_id: x.clone(),
             deployment_id: d.clone(),
-            revision_id: "b".into(),
+            revision_id: "b".parse().unwrap(),
         }
         .into(),
         ExecutorDraining {
@@ -190,12 +191,12 @@ fn executor_events() -> Vec<ExecutorEvent> {
 }
 
 fn batch_events() -> Vec<BatchEvent> {
-    let b = "batch_1".to_owned();
+    let b: BatchId = "batch_1".parse().unwrap();
     vec![
         BatchCreated {
             batch_id: b.clone(),
             tenant: "acme".into(),
-            input_file_id: "file-1".into(),
+            input_file_id: "file-1".parse().unwrap(),
             endpoint: "/v1/chat/completions".into(),
             completion_window: "24h".into(),
             expires_at: 1_900_000_000,
@@ -221,7 +222,7 @@ fn batch_events() -> Vec<BatchEvent> {
         BatchEnded {
             batch_id: b.clone(),
             outcome: BatchOutcome::Cancelled,
-            output_file_id: Some("file-out".into()),
+            output_file_id: Some("file-out".parse().unwrap()),
             error_file_id: None,
             completed: 1_200,
             failed: 800,

@@ -37,8 +37,8 @@ impl From<&CapacityProfileView> for EnvelopeLimits {
     fn from(p: &CapacityProfileView) -> Self {
         let e = &p.envelope;
         EnvelopeLimits {
-            deployment_id: p.deployment_id.clone(),
-            revision_id: p.revision_id.clone(),
+            deployment_id: p.deployment_id.to_string(),
+            revision_id: p.revision_id.to_string(),
             workload: p.workload.clone(),
             recorded_at: p.recorded_at,
             recorded_by: p.recorded_by.clone(),

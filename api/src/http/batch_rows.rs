@@ -12,6 +12,7 @@
 use serde_json::Value;
 use stoker_controlplane::batch::runner::{BoxFuture, RowExecutor, RowOutcome, RowRequest};
 use stoker_executor::Lane;
+use stoker_schemas::ids::RequestId;
 use stoker_schemas::openai::{ChatCompletionRequest, CompletionRequest};
 
 use crate::edge::generate;
@@ -44,13 +45,13 @@ impl RowExecutor for EngineRows {
 }
 
 async fn run(state: AppState, row: RowRequest) -> RowOutcome {
-    let request_id = uuid::Uuid::new_v4().simple().to_string();
+    let request_id = RequestId::generate();
     let endpoint: &'static str = if row.endpoint == "/v1/completions" {
         "/v1/completions"
     } else {
         "/v1/chat/completions"
     };
-    let slot = LogSlot::new(request_id.clone(), endpoint);
+    let slot = LogSlot::new(request_id.to_string(), endpoint);
     slot.tenant(&row.tenant);
     let result = answer(&state, &row, &slot).await;
     let status = match &result {

@@ -98,7 +98,7 @@ pub async fn bootstrap_with_retry(
 fn needed_revisions(v: &Views) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for d in v.deployments.values().filter(|d| !d.retired) {
-        let mut revs: Vec<&str> = d.serving_revision.iter().map(String::as_str).collect();
+        let mut revs: Vec<&str> = d.serving_revision.iter().map(|r| r.as_str()).collect();
         if let Some(r) = v.active_rollout(&d.deployment_id) {
             revs.push(&r.to_revision);
         }
@@ -136,7 +136,7 @@ pub async fn register_executor(state: &AppState, c: &Control) -> anyhow::Result<
             .await
             .revisions_of(&c.deployment_id)
             .find(|r| r.model_sha256 == primary.provenance.sha256)
-            .map(|r| r.revision_id.clone())
+            .map(|r| r.revision_id.to_string())
             .unwrap_or_else(|| primary.provenance.revision.clone());
     c.cp.executor_command(
         &id,

@@ -2,6 +2,8 @@
 //! object storage; a record is written only after its object, so a record
 //! never points at nothing, and a failed upload leaves no record.
 
+use stoker_schemas::ids::FileId;
+
 use crate::store::Db;
 
 use super::{BatchError, on_db};
@@ -9,7 +11,7 @@ use super::{BatchError, on_db};
 /// One file as `/v1/files` shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FileRecord {
-    pub id: String,
+    pub id: FileId,
     pub tenant: String,
     pub filename: String,
     /// `batch` (uploads), `batch_output` (results).
@@ -36,9 +38,11 @@ type Row = (
     i64,
 );
 
-fn from_row(r: Row) -> FileRecord {
-    FileRecord {
-        id: r.0,
+/// A stored row; an id that is not a file id is a corrupt row.
+fn from_row(r: Row) -> Result<FileRecord, BatchError> {
+    let id = FileId::new(r.0).map_err(|e| BatchError::Corrupt(format!("a file record: {e}")))?;
+    Ok(FileRecord {
+        id,
         tenant: r.1,
         filename: r.2,
         purpose: r.3,
@@ -48,7 +52,7 @@ fn from_row(r: Row) -> FileRecord {
         endpoint: r.7,
         estimated_tokens: r.8.max(0) as u64,
         created_at: r.9,
-    }
+    })
 }
 
 const COLUMNS: &str = "id, tenant, filename, purpose, bytes, lines, object_key, endpoint, \
@@ -64,7 +68,7 @@ pub async fn put(db: &Db, f: &FileRecord) -> Result<(), BatchError> {
          object_key = excluded.object_key, created_at = excluded.created_at";
     on_db!(db, pool, q => {
         sqlx::query(q)
-            .bind(&f.id)
+            .bind(f.id.as_str())
             .bind(&f.tenant)
             .bind(&f.filename)
             .bind(&f.purpose)
@@ -85,7 +89,7 @@ pub async fn get(db: &Db, id: &str) -> Result<Option<FileRecord>, BatchError> {
     let row: Option<Row> = on_db!(db, pool, q => {
         sqlx::query_as(q).bind(id).fetch_optional(pool).await?
     } with &q_text);
-    Ok(row.map(from_row))
+    row.map(from_row).transpose()
 }
 
 /// A tenant's files, newest first.
@@ -97,7 +101,7 @@ pub async fn list(db: &Db, tenant: &str, limit: u32) -> Result<Vec<FileRecord>, 
     let rows: Vec<Row> = on_db!(db, pool, q => {
         sqlx::query_as(q).bind(tenant).bind(i64::from(limit)).fetch_all(pool).await?
     } with &q_text);
-    Ok(rows.into_iter().map(from_row).collect())
+    rows.into_iter().map(from_row).collect()
 }
 
 /// Removes a record; whether one was there.

@@ -12,6 +12,7 @@ use serde_json::Value;
 use stoker_schemas::batch::{BatchLineError, BatchOutputLine};
 use stoker_schemas::codes::ErrorCode;
 use stoker_schemas::events::BatchOutcome;
+use stoker_schemas::ids::{BatchId, FileId, RequestId};
 
 use super::files::{self, FileRecord};
 use super::runner::is_success;
@@ -23,16 +24,18 @@ use crate::store::Db;
 /// What finalization wrote.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Finalized {
-    pub output_file_id: Option<String>,
-    pub error_file_id: Option<String>,
+    pub output_file_id: Option<FileId>,
+    pub error_file_id: Option<FileId>,
     pub completed: u64,
     pub failed: u64,
 }
 
 /// The ids of a batch's result files.
-pub fn result_file_ids(batch_id: &str) -> (String, String) {
-    let stem = batch_id.trim_start_matches("batch_");
-    (format!("file-{stem}-output"), format!("file-{stem}-errors"))
+pub fn result_file_ids(batch_id: &BatchId) -> (FileId, FileId) {
+    (
+        FileId::batch_output(batch_id),
+        FileId::batch_errors(batch_id),
+    )
 }
 
 fn unrun_line(custom_id: &str, outcome: BatchOutcome) -> Value {
@@ -47,7 +50,7 @@ fn unrun_line(custom_id: &str, outcome: BatchOutcome) -> Value {
         ),
     };
     let line = BatchOutputLine {
-        id: format!("batch_req_{}", uuid::Uuid::new_v4().simple()),
+        id: RequestId::generate_batch_row(),
         custom_id: custom_id.to_owned(),
         response: None,
         error: Some(BatchLineError {
@@ -62,7 +65,7 @@ fn unrun_line(custom_id: &str, outcome: BatchOutcome) -> Value {
 pub async fn finalize(
     db: &Db,
     storage: &Storage,
-    batch_id: &str,
+    batch_id: &BatchId,
     tenant: &str,
     input_bytes: &[u8],
     outcome: BatchOutcome,
@@ -80,7 +83,7 @@ pub async fn finalize(
         if !seen.insert(id.clone()) {
             // Cannot happen by construction (segments cover disjoint rows);
             // if it ever does, the first answer stands.
-            tracing::error!(batch_id, custom_id = %id, "a row appears twice in the segments; keeping the first");
+            tracing::error!(%batch_id, custom_id = %id, "a row appears twice in the segments; keeping the first");
             return;
         }
         let (buf, n) = if is_success(line) {
@@ -125,13 +128,13 @@ pub async fn finalize(
 async fn write(
     db: &Db,
     storage: &Storage,
-    file_id: &str,
-    batch_id: &str,
+    file_id: &FileId,
+    batch_id: &BatchId,
     tenant: &str,
     kind: &str,
     bytes: Vec<u8>,
     lines: u64,
-) -> Result<Option<String>, BatchError> {
+) -> Result<Option<FileId>, BatchError> {
     if lines == 0 {
         return Ok(None);
     }
@@ -141,7 +144,7 @@ async fn write(
     files::put(
         db,
         &FileRecord {
-            id: file_id.to_owned(),
+            id: file_id.clone(),
             tenant: tenant.to_owned(),
             filename: format!("{batch_id}_{kind}.jsonl"),
             purpose: "batch_output".into(),
@@ -154,5 +157,5 @@ async fn write(
         },
     )
     .await?;
-    Ok(Some(file_id.to_owned()))
+    Ok(Some(file_id.clone()))
 }

@@ -17,7 +17,7 @@ pub mod shards;
 pub mod storage;
 mod worker;
 
-pub use service::{BatchSettings, Batches, CreateBatch, Listed};
+pub use service::{BatchSettings, Batches, CreateBatch, Listed, batch_id, file_id};
 pub use storage::{Storage, StorageError};
 
 use crate::service::CpError;

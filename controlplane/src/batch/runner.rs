@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use serde_json::Value;
 use stoker_schemas::batch::{BatchOutputLine, BatchResponse};
+use stoker_schemas::ids::{BatchId, RequestId};
 use tokio::sync::{Semaphore, watch};
 
 use super::shards::{self, Checkpoint, Segment, Shard};
@@ -45,7 +46,7 @@ pub enum RowOutcome {
     /// The online API's answer: 200 with its body, or its typed error body.
     Response {
         status_code: u16,
-        request_id: String,
+        request_id: RequestId,
         body: Value,
     },
     /// No capacity now (queue full, not ready): try the row again later.
@@ -80,7 +81,7 @@ pub struct RunnerConfig {
 /// The batch a shard belongs to.
 #[derive(Clone, Debug)]
 pub struct BatchRef {
-    pub batch_id: String,
+    pub batch_id: BatchId,
     pub tenant: String,
     pub endpoint: String,
 }
@@ -101,13 +102,18 @@ pub fn segment_key(batch_id: &str, shard_no: u64, epoch: u64, from: u64, to: u64
 }
 
 /// The output-file line of one answered row.
-pub fn output_line(custom_id: &str, status_code: u16, request_id: &str, body: Value) -> Value {
+pub fn output_line(
+    custom_id: &str,
+    status_code: u16,
+    request_id: &RequestId,
+    body: Value,
+) -> Value {
     let line = BatchOutputLine {
-        id: format!("batch_req_{}", uuid::Uuid::new_v4().simple()),
+        id: RequestId::generate_batch_row(),
         custom_id: custom_id.to_owned(),
         response: Some(BatchResponse {
             status_code,
-            request_id: request_id.to_owned(),
+            request_id: request_id.clone(),
             body,
         }),
         error: None,
@@ -254,7 +260,7 @@ pub async fn run_shard(
         .take_while(move |_| futures_util::future::ready(*gate.borrow() == Stop::Run))
         .map(|(i, line)| {
             let row = RowRequest {
-                batch_id: batch.batch_id.clone(),
+                batch_id: batch.batch_id.to_string(),
                 tenant: batch.tenant.clone(),
                 endpoint: batch.endpoint.clone(),
                 custom_id: line.custom_id,

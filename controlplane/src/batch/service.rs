@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use stoker_schemas::events::BatchCreated;
+use stoker_schemas::ids::{BatchId, FileId};
 use tokio::sync::{Notify, watch};
 
 use super::files::{self, FileRecord};
@@ -86,9 +87,9 @@ pub(super) struct Inner {
     /// This process's name on the leases it takes.
     pub owner: String,
     /// Runners of this process: (batch, shard) → their stop signal.
-    pub running: Mutex<HashMap<(String, u64), watch::Sender<Stop>>>,
+    pub running: Mutex<HashMap<(BatchId, u64), watch::Sender<Stop>>>,
     /// Input files of running batches, read once.
-    pub inputs: Mutex<HashMap<String, Arc<Vec<u8>>>>,
+    pub inputs: Mutex<HashMap<BatchId, Arc<Vec<u8>>>>,
     /// Wakes the worker early (a batch was created or cancelled, a shard ended).
     pub wake: Notify,
     /// No new shard work (draining).
@@ -114,6 +115,17 @@ fn not_found(what: &'static str, id: &str) -> BatchError {
         what,
         id: id.to_owned(),
     }
+}
+
+/// Parses a file id a client sent: a malformed one names no file, so it is
+/// refused like an unknown one.
+pub fn file_id(id: &str) -> Result<FileId, BatchError> {
+    id.parse().map_err(|_| not_found("file", id))
+}
+
+/// Parses a batch id a client sent; a malformed one is refused like an unknown one.
+pub fn batch_id(id: &str) -> Result<BatchId, BatchError> {
+    id.parse().map_err(|_| not_found("batch", id))
 }
 
 impl Batches {
@@ -164,7 +176,7 @@ impl Batches {
             });
         }
         let summary = input::validate(&bytes, None, self.0.settings.limits)?;
-        let id = format!("file-{}", uuid::Uuid::new_v4().simple());
+        let id = FileId::generate();
         let key = format!("files/{id}.jsonl");
         let record = FileRecord {
             id,
@@ -186,14 +198,14 @@ impl Batches {
         Ok(record)
     }
 
-    pub async fn file(&self, tenant: &str, id: &str) -> Result<FileRecord, BatchError> {
+    pub async fn file(&self, tenant: &str, id: &FileId) -> Result<FileRecord, BatchError> {
         match files::get(&self.0.db, id).await? {
             Some(f) if f.tenant == tenant => Ok(f),
             _ => Err(not_found("file", id)),
         }
     }
 
-    pub async fn file_content(&self, tenant: &str, id: &str) -> Result<Vec<u8>, BatchError> {
+    pub async fn file_content(&self, tenant: &str, id: &FileId) -> Result<Vec<u8>, BatchError> {
         let f = self.file(tenant, id).await?;
         Ok(self.0.storage.get(&f.object_key).await?)
     }
@@ -203,18 +215,18 @@ impl Batches {
     }
 
     /// Deletes a file unless an open batch reads it.
-    pub async fn delete_file(&self, tenant: &str, id: &str) -> Result<(), BatchError> {
+    pub async fn delete_file(&self, tenant: &str, id: &FileId) -> Result<(), BatchError> {
         let f = self.file(tenant, id).await?;
         {
             let views = self.0.cp.projector().views().await;
             if let Some(b) = views
                 .batches
                 .values()
-                .find(|b| b.input_file_id == id && b.is_open())
+                .find(|b| &b.input_file_id == id && b.is_open())
             {
                 return Err(BatchError::InUse {
-                    file_id: id.to_owned(),
-                    batch_id: b.batch_id.clone(),
+                    file_id: id.to_string(),
+                    batch_id: b.batch_id.to_string(),
                 });
             }
         }
@@ -253,7 +265,7 @@ impl Batches {
                 ),
                 param: "completion_window",
             })?;
-        let file = self.file(tenant, &req.input_file_id).await?;
+        let file = self.file(tenant, &file_id(&req.input_file_id)?).await?;
         if file.purpose != "batch" {
             return Err(BatchError::Invalid {
                 message: format!(
@@ -285,7 +297,7 @@ impl Batches {
                 retry_after_secs: 30,
             });
         }
-        let batch_id = format!("batch_{}", uuid::Uuid::new_v4().simple());
+        let batch_id = BatchId::generate();
         let created = BatchCreated {
             batch_id: batch_id.clone(),
             tenant: tenant.to_owned(),
@@ -347,10 +359,10 @@ impl Batches {
         }
     }
 
-    pub async fn get(&self, tenant: &str, id: &str) -> Result<Listed, BatchError> {
+    pub async fn get(&self, tenant: &str, id: &BatchId) -> Result<Listed, BatchError> {
         let view = {
             let views = self.0.cp.projector().views().await;
-            match views.batches.get(id) {
+            match views.batches.get(id.as_str()) {
                 Some(b) if b.tenant == tenant => b.clone(),
                 _ => return Err(not_found("batch", id)),
             }
@@ -368,7 +380,7 @@ impl Batches {
     pub async fn list(
         &self,
         tenant: &str,
-        after: Option<&str>,
+        after: Option<&BatchId>,
         limit: usize,
     ) -> Result<(Vec<Listed>, bool), BatchError> {
         let mut mine: Vec<BatchView> = {
@@ -382,7 +394,7 @@ impl Batches {
         };
         mine.sort_by(|a, b| (b.created_at, &b.batch_id).cmp(&(a.created_at, &a.batch_id)));
         let start = match after {
-            Some(a) => match mine.iter().position(|b| b.batch_id == a) {
+            Some(a) => match mine.iter().position(|b| &b.batch_id == a) {
                 Some(i) => i + 1,
                 None => return Err(not_found("batch", a)),
             },
@@ -403,7 +415,12 @@ impl Batches {
     }
 
     /// Asks a batch to stop; the worker stops its runners and finalizes.
-    pub async fn cancel(&self, tenant: &str, actor: &str, id: &str) -> Result<Listed, BatchError> {
+    pub async fn cancel(
+        &self,
+        tenant: &str,
+        actor: &str,
+        id: &BatchId,
+    ) -> Result<Listed, BatchError> {
         self.get(tenant, id).await?;
         self.0
             .cp

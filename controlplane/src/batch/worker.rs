@@ -177,7 +177,7 @@ impl Batches {
             .await?
             .ok_or_else(|| BatchError::NotFound {
                 what: "file",
-                id: b.input_file_id.clone(),
+                id: b.input_file_id.to_string(),
             })?;
         let bytes = Arc::new(self.0.storage.get(&f.object_key).await?);
         self.0

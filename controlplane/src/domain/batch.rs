@@ -8,6 +8,7 @@ use stoker_schemas::events::{
     BatchCancelRequested, BatchCreated, BatchEnded, BatchEvent, BatchFailed, BatchFinalizing,
     BatchOutcome, BatchStarted,
 };
+use stoker_schemas::ids::{BatchId, FileId};
 
 use super::{Aggregate, DomainError, Meta};
 
@@ -37,8 +38,8 @@ pub enum BatchCommand {
     Finalize,
     End {
         outcome: BatchOutcome,
-        output_file_id: Option<String>,
-        error_file_id: Option<String>,
+        output_file_id: Option<FileId>,
+        error_file_id: Option<FileId>,
         completed: u64,
         failed: u64,
     },
@@ -51,7 +52,8 @@ pub enum BatchCommand {
 /// The state of one batch stream.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Batch {
-    pub id: String,
+    /// `None` until `BatchCreated`.
+    pub id: Option<BatchId>,
     pub phase: BatchPhase,
     pub cancel_requested: bool,
 }
@@ -76,7 +78,7 @@ impl Batch {
 
     fn refuse(&self, action: &'static str) -> DomainError {
         DomainError::BatchStatus {
-            batch_id: self.id.clone(),
+            batch_id: self.id.as_deref().unwrap_or_default().to_owned(),
             status: self.status(),
             action,
         }
@@ -89,21 +91,25 @@ impl Aggregate for Batch {
 
     fn handle(&self, cmd: BatchCommand, _meta: &Meta) -> Result<Vec<BatchEvent>, DomainError> {
         use BatchPhase::*;
-        let id = self.id.clone();
         let absent = || DomainError::NotFound {
             kind: "batch",
-            id: id.clone(),
+            id: self.id.as_deref().unwrap_or_default().to_owned(),
+        };
+        if let BatchCommand::Create(c) = cmd {
+            if self.phase != Absent {
+                return Err(DomainError::AlreadyExists {
+                    kind: "batch",
+                    id: c.batch_id.into_string(),
+                });
+            }
+            return Ok(vec![c.into()]);
+        }
+        // Every phase but `Absent` follows `BatchCreated`, which set the id.
+        let Some(id) = self.id.clone() else {
+            return Err(absent());
         };
         Ok(match cmd {
-            BatchCommand::Create(c) => {
-                if self.phase != Absent {
-                    return Err(DomainError::AlreadyExists {
-                        kind: "batch",
-                        id: c.batch_id,
-                    });
-                }
-                vec![c.into()]
-            }
+            BatchCommand::Create(_) => unreachable!("handled above"),
             BatchCommand::Start { shards } => match self.phase {
                 Absent => return Err(absent()),
                 Validating => vec![
@@ -169,7 +175,7 @@ impl Aggregate for Batch {
     fn apply(&mut self, ev: &BatchEvent) {
         match ev {
             BatchEvent::BatchCreated(c) => {
-                self.id = c.batch_id.clone();
+                self.id = Some(c.batch_id.clone());
                 self.phase = BatchPhase::Validating;
             }
             BatchEvent::BatchStarted(_) => self.phase = BatchPhase::InProgress,

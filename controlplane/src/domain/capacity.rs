@@ -7,7 +7,7 @@
 
 use stoker_schemas::events::{CapacityEnvelope, CapacityProfileEvent, CapacityProfileRecorded};
 
-use super::{Aggregate, DomainError, Meta, check_id};
+use super::{Aggregate, DomainError, Meta, check_id, parse_id};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum CapacityProfileCommand {
@@ -66,8 +66,8 @@ impl Aggregate for CapacityProfile {
         check_envelope(&envelope)?;
         Ok(vec![
             CapacityProfileRecorded {
-                deployment_id,
-                revision_id,
+                deployment_id: parse_id(deployment_id)?,
+                revision_id: parse_id(revision_id)?,
                 workload,
                 envelope,
             }

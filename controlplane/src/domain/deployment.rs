@@ -13,8 +13,10 @@ use stoker_schemas::events::{
     DeploymentRetired, GateFigures, RolloutStarted, ServingRevisionSet, SloGates,
 };
 
+use stoker_schemas::ids::{DeploymentId, RevisionId, RolloutId};
+
 use super::rollout::{self, FinishedRollout, RolloutOutcome, RolloutState};
-use super::{Aggregate, DomainError, Meta, check_id};
+use super::{Aggregate, DomainError, Meta, parse_id};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum DeploymentCommand {
@@ -64,10 +66,10 @@ pub enum DeploymentCommand {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Deployment {
     /// `None` until `DeploymentCreated`.
-    id: Option<String>,
+    id: Option<DeploymentId>,
     limits: Option<DeploymentLimits>,
     retired: bool,
-    serving_revision: Option<String>,
+    serving_revision: Option<RevisionId>,
     active_rollout: Option<RolloutState>,
     history: Vec<FinishedRollout>,
 }
@@ -106,14 +108,14 @@ impl Deployment {
     }
 
     /// Refuses every command but `Create` on a deployment that is absent or retired.
-    fn live_id(&self) -> Result<&str, DomainError> {
+    fn live_id(&self) -> Result<&DeploymentId, DomainError> {
         match &self.id {
             None => Err(DomainError::NotFound {
                 kind: "deployment",
                 id: String::new(),
             }),
             Some(id) if self.retired => Err(DomainError::Retired {
-                deployment_id: id.clone(),
+                deployment_id: id.to_string(),
             }),
             Some(id) => Ok(id),
         }
@@ -125,16 +127,16 @@ impl Deployment {
             .as_ref()
             .filter(|r| r.rollout_id == rollout_id)
             .ok_or_else(|| DomainError::RolloutNotActive {
-                deployment_id: id.to_owned(),
-                rollout_id: rollout_id.to_owned(),
+                deployment_id: id.to_string(),
+                rollout_id: rollout_id.to_string(),
             })
     }
 
     fn no_active_rollout(&self, id: &str) -> Result<(), DomainError> {
         match &self.active_rollout {
             Some(r) => Err(DomainError::RolloutActive {
-                deployment_id: id.to_owned(),
-                rollout_id: r.rollout_id.clone(),
+                deployment_id: id.to_string(),
+                rollout_id: r.rollout_id.to_string(),
             }),
             None => Ok(()),
         }
@@ -142,18 +144,18 @@ impl Deployment {
 
     fn start_rollout(
         &self,
-        id: &str,
+        id: &DeploymentId,
         rollout_id: String,
         to_revision: String,
         to_revision_verified: bool,
         steps: Vec<u8>,
         gates: SloGates,
     ) -> Result<DeploymentEvent, DomainError> {
-        check_id("rollout", &rollout_id)?;
+        let rollout_id: RolloutId = parse_id(rollout_id)?;
         if let Some(active) = &self.active_rollout {
             return Err(DomainError::RolloutAlreadyActive {
-                deployment_id: id.to_owned(),
-                rollout_id: active.rollout_id.clone(),
+                deployment_id: id.to_string(),
+                rollout_id: active.rollout_id.to_string(),
             });
         }
         if self
@@ -163,23 +165,23 @@ impl Deployment {
         {
             return Err(DomainError::AlreadyExists {
                 kind: "rollout",
-                id: rollout_id,
+                id: rollout_id.into_string(),
             });
         }
         let Some(from_revision) = self.serving_revision.clone() else {
             return Err(DomainError::NoServingRevision {
-                deployment_id: id.to_owned(),
+                deployment_id: id.to_string(),
             });
         };
         if !to_revision_verified {
             return Err(DomainError::RevisionNotVerified {
-                deployment_id: id.to_owned(),
+                deployment_id: id.to_string(),
                 revision_id: to_revision,
             });
         }
         if to_revision == from_revision {
             return Err(DomainError::SameRevision {
-                deployment_id: id.to_owned(),
+                deployment_id: id.to_string(),
                 revision_id: to_revision,
             });
         }
@@ -189,7 +191,7 @@ impl Deployment {
             deployment_id: id.to_owned(),
             rollout_id,
             from_revision,
-            to_revision,
+            to_revision: parse_id(to_revision)?,
             steps,
             gates,
         }
@@ -239,7 +241,7 @@ impl Aggregate for Deployment {
                     id: deployment_id,
                 });
             }
-            check_id("deployment", &deployment_id)?;
+            let deployment_id = parse_id(deployment_id)?;
             check_limits(&limits)?;
             return Ok(vec![
                 DeploymentCreated {
@@ -273,13 +275,13 @@ impl Aggregate for Deployment {
                 self.no_active_rollout(id)?;
                 if !verified {
                     return Err(DomainError::RevisionNotVerified {
-                        deployment_id,
+                        deployment_id: deployment_id.into_string(),
                         revision_id,
                     });
                 }
                 ServingRevisionSet {
                     deployment_id,
-                    revision_id,
+                    revision_id: parse_id(revision_id)?,
                 }
                 .into()
             }

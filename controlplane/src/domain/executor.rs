@@ -17,8 +17,9 @@
 use stoker_schemas::events::{
     ExecutorDrained, ExecutorDraining, ExecutorEvent, ExecutorLost, ExecutorRegistered,
 };
+use stoker_schemas::ids::{DeploymentId, ExecutorId, RevisionId};
 
-use super::{Aggregate, DomainError, Meta};
+use super::{Aggregate, DomainError, Meta, parse_id};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum ExecutorCommand {
@@ -59,9 +60,9 @@ impl ExecutorStatus {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Executor {
     status: ExecutorStatus,
-    executor_id: String,
-    deployment_id: String,
-    revision_id: String,
+    executor_id: Option<ExecutorId>,
+    deployment_id: Option<DeploymentId>,
+    revision_id: Option<RevisionId>,
     /// Registrations so far; more than one means the id came back after it ended.
     lives: u32,
 }
@@ -73,31 +74,35 @@ impl Executor {
 
     /// The executor id; empty until registered.
     pub fn executor_id(&self) -> &str {
-        &self.executor_id
+        self.executor_id.as_deref().unwrap_or_default()
     }
 
     /// The deployment of the current (or last) life; empty until registered.
     pub fn deployment_id(&self) -> &str {
-        &self.deployment_id
+        self.deployment_id.as_deref().unwrap_or_default()
     }
 
     /// The revision of the current (or last) life; empty until registered.
     pub fn revision_id(&self) -> &str {
-        &self.revision_id
+        self.revision_id.as_deref().unwrap_or_default()
     }
 
     pub fn lives(&self) -> u32 {
         self.lives
     }
 
-    fn ids(&self) -> (String, String) {
-        (self.executor_id.clone(), self.deployment_id.clone())
+    /// The ids the events of a registered executor carry.
+    fn ids(&self) -> Result<(ExecutorId, DeploymentId), DomainError> {
+        match (&self.executor_id, &self.deployment_id) {
+            (Some(e), Some(d)) => Ok((e.clone(), d.clone())),
+            _ => Err(self.not_found()),
+        }
     }
 
     fn not_found(&self) -> DomainError {
         DomainError::NotFound {
             kind: "executor",
-            id: self.executor_id.clone(),
+            id: self.executor_id().to_owned(),
         }
     }
 }
@@ -108,7 +113,7 @@ impl Aggregate for Executor {
 
     fn handle(&self, cmd: ExecutorCommand, meta: &Meta) -> Result<Vec<ExecutorEvent>, DomainError> {
         use ExecutorStatus as S;
-        let executor_id = self.executor_id.clone();
+        let executor_id = self.executor_id().to_owned();
         let event = match cmd {
             ExecutorCommand::Register {
                 executor_id,
@@ -119,9 +124,9 @@ impl Aggregate for Executor {
                     return Err(DomainError::AlreadyRegistered { executor_id });
                 }
                 S::Unregistered | S::Drained | S::Lost => ExecutorRegistered {
-                    executor_id,
-                    deployment_id,
-                    revision_id,
+                    executor_id: parse_id(executor_id)?,
+                    deployment_id: parse_id(deployment_id)?,
+                    revision_id: parse_id(revision_id)?,
                 }
                 .into(),
             },
@@ -132,7 +137,7 @@ impl Aggregate for Executor {
                 S::Lost => return Err(DomainError::ExecutorLost { executor_id }),
                 S::Active => {
                     meta.require_reason(|| format!("draining executor {executor_id:?}"))?;
-                    let (executor_id, deployment_id) = self.ids();
+                    let (executor_id, deployment_id) = self.ids()?;
                     ExecutorDraining {
                         executor_id,
                         deployment_id,
@@ -146,7 +151,7 @@ impl Aggregate for Executor {
                     return Err(DomainError::NotDraining { executor_id });
                 }
                 S::Draining => {
-                    let (executor_id, deployment_id) = self.ids();
+                    let (executor_id, deployment_id) = self.ids()?;
                     ExecutorDrained {
                         executor_id,
                         deployment_id,
@@ -163,7 +168,7 @@ impl Aggregate for Executor {
                     });
                 }
                 S::Active | S::Draining => {
-                    let (executor_id, deployment_id) = self.ids();
+                    let (executor_id, deployment_id) = self.ids()?;
                     ExecutorLost {
                         executor_id,
                         deployment_id,
@@ -179,9 +184,9 @@ impl Aggregate for Executor {
         match ev {
             ExecutorEvent::ExecutorRegistered(e) => {
                 self.status = ExecutorStatus::Active;
-                self.executor_id = e.executor_id.clone();
-                self.deployment_id = e.deployment_id.clone();
-                self.revision_id = e.revision_id.clone();
+                self.executor_id = Some(e.executor_id.clone());
+                self.deployment_id = Some(e.deployment_id.clone());
+                self.revision_id = Some(e.revision_id.clone());
                 self.lives += 1;
             }
             ExecutorEvent::ExecutorDraining(_) => self.status = ExecutorStatus::Draining,

@@ -30,6 +30,7 @@ pub use revision::{ArtifactCheck, RegisteredRevision, Revision, RevisionCommand}
 pub use rollout::{FinishedRollout, RolloutOutcome, RolloutState};
 
 use stoker_schemas::events::EventPayload;
+use stoker_schemas::ids::IdError;
 
 use crate::store::Actor;
 
@@ -99,6 +100,8 @@ pub trait Aggregate: Default + Clone + Send + Sync {
 /// are 1 to 64 characters of `[A-Za-z0-9._-]`, so they can neither contain the
 /// separator nor need escaping in URLs.
 pub(crate) fn check_id(kind: &'static str, id: &str) -> Result<(), DomainError> {
+    // Deployment, revision and rollout ids are newtypes with this rule in their
+    // constructor (`parse_id`); workloads are still checked here.
     let detail = if id.is_empty() {
         "it is empty".to_owned()
     } else if id.chars().count() > 64 {
@@ -118,5 +121,18 @@ pub(crate) fn check_id(kind: &'static str, id: &str) -> Result<(), DomainError> 
         kind,
         id: id.to_owned(),
         detail,
+    })
+}
+
+/// Parses an id from a command into its newtype; a malformed one is refused
+/// as [`DomainError::InvalidId`], the same refusal [`check_id`] gives.
+pub(crate) fn parse_id<T>(id: String) -> Result<T, DomainError>
+where
+    T: TryFrom<String, Error = IdError>,
+{
+    T::try_from(id.clone()).map_err(|e: IdError| DomainError::InvalidId {
+        kind: e.kind,
+        id,
+        detail: e.reason.to_string(),
     })
 }

@@ -7,8 +7,9 @@
 //! it and passes the outcome in as an [`ArtifactCheck`].
 
 use stoker_schemas::events::{RevisionEvent, RevisionRegistered};
+use stoker_schemas::ids::{DeploymentId, RevisionId};
 
-use super::{Aggregate, DomainError, Meta, check_id};
+use super::{Aggregate, DomainError, Meta, parse_id};
 
 /// What the service layer found at `model_uri` before registering.
 #[derive(Clone, Debug, PartialEq)]
@@ -42,8 +43,8 @@ pub enum RevisionCommand {
 /// A registered revision's identity, as recorded.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RegisteredRevision {
-    pub deployment_id: String,
-    pub revision_id: String,
+    pub deployment_id: DeploymentId,
+    pub revision_id: RevisionId,
     pub model_uri: String,
     /// Lowercase hex.
     pub model_sha256: String,
@@ -98,13 +99,14 @@ impl Aggregate for Revision {
                 id: revision_id,
             });
         }
-        check_id("revision", &revision_id)?;
+        let revision: RevisionId = parse_id(revision_id.clone())?;
         if !deployment_exists {
             return Err(DomainError::NotFound {
                 kind: "deployment",
                 id: deployment_id,
             });
         }
+        let deployment: DeploymentId = parse_id(deployment_id.clone())?;
         let actual = match artifact {
             ArtifactCheck::Verified { sha256 } => sha256,
             ArtifactCheck::Absent => {
@@ -131,8 +133,8 @@ impl Aggregate for Revision {
         }
         Ok(vec![
             RevisionRegistered {
-                deployment_id,
-                revision_id,
+                deployment_id: deployment,
+                revision_id: revision,
                 model_uri,
                 model_sha256: model_sha256.to_ascii_lowercase(),
                 tokenizer_hash,

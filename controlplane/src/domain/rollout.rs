@@ -19,6 +19,7 @@ use stoker_schemas::events::{
     DeploymentEvent, GateFigures, RolloutAdvanced, RolloutCompleted, RolloutPaused, RolloutResumed,
     RolloutRolledBack, SloGates,
 };
+use stoker_schemas::ids::{DeploymentId, RevisionId, RolloutId};
 
 use super::{DomainError, Meta};
 
@@ -28,11 +29,11 @@ pub const MAX_STEPS: usize = 20;
 /// A running or paused rollout, as routing and the controller see it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RolloutState {
-    pub rollout_id: String,
+    pub rollout_id: RolloutId,
     /// The revision serving the rest of the traffic (the deployment's serving revision).
-    pub from_revision: String,
+    pub from_revision: RevisionId,
     /// The revision being rolled out.
-    pub to_revision: String,
+    pub to_revision: RevisionId,
     /// Percent of traffic to `to_revision` at each step; strictly increasing, ends at 100.
     pub steps: Vec<u8>,
     /// Index of the current step in `steps`.
@@ -53,7 +54,7 @@ impl RolloutState {
 
     pub(crate) fn advance(
         &self,
-        deployment_id: &str,
+        deployment_id: &DeploymentId,
         figures: Option<GateFigures>,
     ) -> Result<DeploymentEvent, DomainError> {
         if self.paused {
@@ -61,8 +62,8 @@ impl RolloutState {
         }
         if self.at_last_step() {
             return Err(DomainError::RolloutAtLastStep {
-                deployment_id: deployment_id.to_owned(),
-                rollout_id: self.rollout_id.clone(),
+                deployment_id: deployment_id.to_string(),
+                rollout_id: self.rollout_id.to_string(),
                 percent: self.percent,
             });
         }
@@ -80,7 +81,10 @@ impl RolloutState {
         .into())
     }
 
-    pub(crate) fn pause(&self, deployment_id: &str) -> Result<DeploymentEvent, DomainError> {
+    pub(crate) fn pause(
+        &self,
+        deployment_id: &DeploymentId,
+    ) -> Result<DeploymentEvent, DomainError> {
         if self.paused {
             return Err(self.paused_error(deployment_id));
         }
@@ -91,11 +95,14 @@ impl RolloutState {
         .into())
     }
 
-    pub(crate) fn resume(&self, deployment_id: &str) -> Result<DeploymentEvent, DomainError> {
+    pub(crate) fn resume(
+        &self,
+        deployment_id: &DeploymentId,
+    ) -> Result<DeploymentEvent, DomainError> {
         if !self.paused {
             return Err(DomainError::RolloutNotPaused {
-                deployment_id: deployment_id.to_owned(),
-                rollout_id: self.rollout_id.clone(),
+                deployment_id: deployment_id.to_string(),
+                rollout_id: self.rollout_id.to_string(),
             });
         }
         Ok(RolloutResumed {
@@ -109,7 +116,7 @@ impl RolloutState {
     /// the reason is what an operator reads in the audit trail afterwards.
     pub(crate) fn roll_back(
         &self,
-        deployment_id: &str,
+        deployment_id: &DeploymentId,
         figures: Option<GateFigures>,
         meta: &Meta,
     ) -> Result<DeploymentEvent, DomainError> {
@@ -130,14 +137,17 @@ impl RolloutState {
         .into())
     }
 
-    pub(crate) fn complete(&self, deployment_id: &str) -> Result<DeploymentEvent, DomainError> {
+    pub(crate) fn complete(
+        &self,
+        deployment_id: &DeploymentId,
+    ) -> Result<DeploymentEvent, DomainError> {
         if self.paused {
             return Err(self.paused_error(deployment_id));
         }
         if self.percent != 100 {
             return Err(DomainError::RolloutNotAtFullTraffic {
-                deployment_id: deployment_id.to_owned(),
-                rollout_id: self.rollout_id.clone(),
+                deployment_id: deployment_id.to_string(),
+                rollout_id: self.rollout_id.to_string(),
                 percent: self.percent,
             });
         }
@@ -149,10 +159,10 @@ impl RolloutState {
         .into())
     }
 
-    fn paused_error(&self, deployment_id: &str) -> DomainError {
+    fn paused_error(&self, deployment_id: &DeploymentId) -> DomainError {
         DomainError::RolloutPaused {
-            deployment_id: deployment_id.to_owned(),
-            rollout_id: self.rollout_id.clone(),
+            deployment_id: deployment_id.to_string(),
+            rollout_id: self.rollout_id.to_string(),
         }
     }
 }

@@ -14,15 +14,16 @@ use stoker_schemas::events::{
     BatchEvent, BatchOutcome, CapacityEnvelope, CapacityProfileEvent, DeploymentEvent,
     DeploymentLimits, EventPayload, ExecutorEvent, GateFigures, RevisionEvent, SloGates,
 };
+use stoker_schemas::ids::{BatchId, DeploymentId, ExecutorId, FileId, RevisionId, RolloutId};
 
 use crate::store::{Position, Recorded};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DeploymentView {
-    pub deployment_id: String,
+    pub deployment_id: DeploymentId,
     pub limits: DeploymentLimits,
-    pub serving_revision: Option<String>,
-    pub active_rollout: Option<String>,
+    pub serving_revision: Option<RevisionId>,
+    pub active_rollout: Option<RolloutId>,
     pub retired: bool,
     pub created_at: DateTime<Utc>,
     pub created_by: String,
@@ -48,10 +49,10 @@ impl RolloutStatus {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RolloutView {
-    pub rollout_id: String,
-    pub deployment_id: String,
-    pub from_revision: String,
-    pub to_revision: String,
+    pub rollout_id: RolloutId,
+    pub deployment_id: DeploymentId,
+    pub from_revision: RevisionId,
+    pub to_revision: RevisionId,
     pub steps: Vec<u8>,
     pub step: u32,
     /// Share of traffic on `to_revision` now; 0 once rolled back, 100 once completed.
@@ -68,8 +69,8 @@ pub struct RolloutView {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RevisionView {
-    pub deployment_id: String,
-    pub revision_id: String,
+    pub deployment_id: DeploymentId,
+    pub revision_id: RevisionId,
     pub model_uri: String,
     pub model_sha256: String,
     pub tokenizer_hash: String,
@@ -82,8 +83,8 @@ pub struct RevisionView {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CapacityProfileView {
-    pub deployment_id: String,
-    pub revision_id: String,
+    pub deployment_id: DeploymentId,
+    pub revision_id: RevisionId,
     pub workload: String,
     pub envelope: CapacityEnvelope,
     pub recorded_at: DateTime<Utc>,
@@ -101,9 +102,9 @@ pub enum ExecutorStatus {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ExecutorView {
-    pub executor_id: String,
-    pub deployment_id: String,
-    pub revision_id: Option<String>,
+    pub executor_id: ExecutorId,
+    pub deployment_id: DeploymentId,
+    pub revision_id: Option<RevisionId>,
     pub status: ExecutorStatus,
     pub reason: Option<String>,
     pub updated_at: DateTime<Utc>,
@@ -114,9 +115,9 @@ pub struct ExecutorView {
 /// from the shard checkpoints while it runs).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BatchView {
-    pub batch_id: String,
+    pub batch_id: BatchId,
     pub tenant: String,
-    pub input_file_id: String,
+    pub input_file_id: FileId,
     pub endpoint: String,
     pub completion_window: String,
     pub metadata: BTreeMap<String, String>,
@@ -134,8 +135,8 @@ pub struct BatchView {
     pub cancelling_at: Option<DateTime<Utc>>,
     pub finalizing_at: Option<DateTime<Utc>>,
     pub ended_at: Option<DateTime<Utc>>,
-    pub output_file_id: Option<String>,
-    pub error_file_id: Option<String>,
+    pub output_file_id: Option<FileId>,
+    pub error_file_id: Option<FileId>,
     /// Final counts, once ended.
     pub completed: Option<u64>,
     pub failed: Option<u64>,
@@ -283,7 +284,7 @@ impl Views {
             DeploymentEvent::RolloutStarted(s) => {
                 d.active_rollout = Some(s.rollout_id.clone());
                 self.rollouts.insert(
-                    s.rollout_id.clone(),
+                    s.rollout_id.to_string(),
                     RolloutView {
                         rollout_id: s.rollout_id.clone(),
                         deployment_id: s.deployment_id,
@@ -302,7 +303,7 @@ impl Views {
                         last_reason: ev.reason.clone(),
                     },
                 );
-                touched.push((kind::ROLLOUT, s.rollout_id));
+                touched.push((kind::ROLLOUT, s.rollout_id.into_string()));
             }
             DeploymentEvent::RolloutAdvanced(a) => {
                 rollout_change(&mut self.rollouts, &a.rollout_id, &mut |r| {
@@ -385,19 +386,34 @@ impl Views {
 
     fn fold_executor(&mut self, ev: &Recorded, e: ExecutorEvent) -> Vec<Touched> {
         let id = ev.stream.stream_id.0.clone();
-        let (status, deployment_id, revision_id) = match e {
-            ExecutorEvent::ExecutorRegistered(r) => {
-                (ExecutorStatus::Active, r.deployment_id, Some(r.revision_id))
+        let (status, executor_id, deployment_id, revision_id) = match e {
+            ExecutorEvent::ExecutorRegistered(r) => (
+                ExecutorStatus::Active,
+                r.executor_id,
+                r.deployment_id,
+                Some(r.revision_id),
+            ),
+            ExecutorEvent::ExecutorDraining(d) => (
+                ExecutorStatus::Draining,
+                d.executor_id,
+                d.deployment_id,
+                None,
+            ),
+            ExecutorEvent::ExecutorDrained(d) => (
+                ExecutorStatus::Drained,
+                d.executor_id,
+                d.deployment_id,
+                None,
+            ),
+            ExecutorEvent::ExecutorLost(d) => {
+                (ExecutorStatus::Lost, d.executor_id, d.deployment_id, None)
             }
-            ExecutorEvent::ExecutorDraining(d) => (ExecutorStatus::Draining, d.deployment_id, None),
-            ExecutorEvent::ExecutorDrained(d) => (ExecutorStatus::Drained, d.deployment_id, None),
-            ExecutorEvent::ExecutorLost(d) => (ExecutorStatus::Lost, d.deployment_id, None),
         };
         let prev_revision = self.executors.get(&id).and_then(|x| x.revision_id.clone());
         self.executors.insert(
             id.clone(),
             ExecutorView {
-                executor_id: id.clone(),
+                executor_id,
                 deployment_id,
                 revision_id: revision_id.or(prev_revision),
                 status,

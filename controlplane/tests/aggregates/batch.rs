@@ -10,9 +10,9 @@ const B: &str = "batch_1";
 
 fn created() -> BatchEvent {
     BatchCreated {
-        batch_id: B.into(),
+        batch_id: B.parse().unwrap(),
         tenant: "acme".into(),
-        input_file_id: "file-1".into(),
+        input_file_id: "file-1".parse().unwrap(),
         endpoint: "/v1/completions".into(),
         completion_window: "24h".into(),
         expires_at: 1_900_000_000,
@@ -26,20 +26,23 @@ fn created() -> BatchEvent {
 
 fn started() -> BatchEvent {
     BatchStarted {
-        batch_id: B.into(),
+        batch_id: B.parse().unwrap(),
         shards: 2,
     }
     .into()
 }
 
 fn finalizing() -> BatchEvent {
-    BatchFinalizing { batch_id: B.into() }.into()
+    BatchFinalizing {
+        batch_id: B.parse().unwrap(),
+    }
+    .into()
 }
 
 fn end(outcome: BatchOutcome) -> C {
     C::End {
         outcome,
-        output_file_id: Some("file-o".into()),
+        output_file_id: Some("file-o".parse().unwrap()),
         error_file_id: None,
         completed: 10,
         failed: 0,
@@ -48,9 +51,9 @@ fn end(outcome: BatchOutcome) -> C {
 
 fn ended(outcome: BatchOutcome) -> BatchEvent {
     BatchEnded {
-        batch_id: B.into(),
+        batch_id: B.parse().unwrap(),
         outcome,
-        output_file_id: Some("file-o".into()),
+        output_file_id: Some("file-o".parse().unwrap()),
         error_file_id: None,
         completed: 10,
         failed: 0,
@@ -86,7 +89,10 @@ fn starting_or_cancelling_twice_changes_nothing() {
     given::<Batch>([created(), started()])
         .when(C::Start { shards: 2 }, &alice())
         .then_events(vec![]);
-    let cancel: BatchEvent = BatchCancelRequested { batch_id: B.into() }.into();
+    let cancel: BatchEvent = BatchCancelRequested {
+        batch_id: B.parse().unwrap(),
+    }
+    .into();
     let s = given::<Batch>([created(), started()])
         .when(C::Cancel, &alice())
         .then_events(vec![cancel.clone()]);
@@ -140,7 +146,7 @@ fn ending_needs_finalizing_and_an_unknown_batch_is_not_found() {
 #[test]
 fn a_failed_batch_cannot_fail_again() {
     let failed: BatchEvent = BatchFailed {
-        batch_id: B.into(),
+        batch_id: B.parse().unwrap(),
         code: "input_file_missing".into(),
         message: "gone".into(),
     }

@@ -22,8 +22,8 @@ fn envelope() -> CapacityEnvelope {
 
 fn record(envelope: CapacityEnvelope, revision_registered: bool) -> CapacityProfileCommand {
     CapacityProfileCommand::Record {
-        deployment_id: DEP.into(),
-        revision_id: "rev-b".into(),
+        deployment_id: DEP.parse().unwrap(),
+        revision_id: "rev-b".parse().unwrap(),
         workload: "short-chat".into(),
         envelope,
         revision_registered,
@@ -32,8 +32,8 @@ fn record(envelope: CapacityEnvelope, revision_registered: bool) -> CapacityProf
 
 fn recorded(envelope: CapacityEnvelope) -> CapacityProfileEvent {
     CapacityProfileRecorded {
-        deployment_id: DEP.into(),
-        revision_id: "rev-b".into(),
+        deployment_id: DEP.parse().unwrap(),
+        revision_id: "rev-b".parse().unwrap(),
         workload: "short-chat".into(),
         envelope,
     }
@@ -94,8 +94,8 @@ fn implausible_envelopes_are_refused() {
 #[test]
 fn a_workload_name_must_be_a_safe_stream_id() {
     let cmd = CapacityProfileCommand::Record {
-        deployment_id: DEP.into(),
-        revision_id: "rev-b".into(),
+        deployment_id: DEP.parse().unwrap(),
+        revision_id: "rev-b".parse().unwrap(),
         workload: "short/chat".into(),
         envelope: envelope(),
         revision_registered: true,

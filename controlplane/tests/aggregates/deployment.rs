@@ -20,28 +20,28 @@ fn every_non_create_command() -> Vec<C> {
         C::Retire,
         set_serving("a", true),
         C::StartRollout {
-            rollout_id: "ro1".into(),
-            to_revision: "b".into(),
+            rollout_id: "ro1".parse().unwrap(),
+            to_revision: "b".parse().unwrap(),
             to_revision_verified: true,
             steps: vec![50, 100],
             gates: gates(),
         },
         C::AdvanceRollout {
-            rollout_id: "ro1".into(),
+            rollout_id: "ro1".parse().unwrap(),
             figures: None,
         },
         C::PauseRollout {
-            rollout_id: "ro1".into(),
+            rollout_id: "ro1".parse().unwrap(),
         },
         C::ResumeRollout {
-            rollout_id: "ro1".into(),
+            rollout_id: "ro1".parse().unwrap(),
         },
         C::RollBack {
-            rollout_id: "ro1".into(),
+            rollout_id: "ro1".parse().unwrap(),
             figures: None,
         },
         C::CompleteRollout {
-            rollout_id: "ro1".into(),
+            rollout_id: "ro1".parse().unwrap(),
         },
     ]
 }
@@ -51,7 +51,7 @@ fn creating_a_deployment_records_its_limits() {
     let state = given::<Deployment>([])
         .when(
             C::Create {
-                deployment_id: DEP.into(),
+                deployment_id: DEP.parse().unwrap(),
                 limits: limits(),
             },
             &alice(),
@@ -68,7 +68,7 @@ fn creating_a_deployment_records_its_limits() {
 #[test]
 fn creating_an_existing_deployment_is_refused() {
     let cmd = || C::Create {
-        deployment_id: DEP.into(),
+        deployment_id: DEP.parse().unwrap(),
         limits: limits(),
     };
     given::<Deployment>([created()])
@@ -140,7 +140,7 @@ fn creating_with_invalid_limits_is_refused() {
         let e = given::<Deployment>([])
             .when(
                 C::Create {
-                    deployment_id: DEP.into(),
+                    deployment_id: DEP.parse().unwrap(),
                     limits: l,
                 },
                 &alice(),
@@ -159,14 +159,14 @@ fn limits_at_the_edges_are_accepted() {
     given::<Deployment>([])
         .when(
             C::Create {
-                deployment_id: DEP.into(),
+                deployment_id: DEP.parse().unwrap(),
                 limits: l.clone(),
             },
             &alice(),
         )
         .then_events(vec![
             DeploymentCreated {
-                deployment_id: DEP.into(),
+                deployment_id: DEP.parse().unwrap(),
                 limits: l,
             }
             .into(),
@@ -182,7 +182,7 @@ fn changing_limits_records_the_new_limits() {
         .when(C::ChangeLimits { limits: l.clone() }, &alice())
         .then_events(vec![
             DeploymentLimitsChanged {
-                deployment_id: DEP.into(),
+                deployment_id: DEP.parse().unwrap(),
                 limits: l.clone(),
             }
             .into(),

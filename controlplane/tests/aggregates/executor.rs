@@ -10,41 +10,41 @@ const EX: &str = "ex-1";
 
 fn register() -> C {
     C::Register {
-        executor_id: EX.into(),
-        deployment_id: DEP.into(),
-        revision_id: "rev-b".into(),
+        executor_id: EX.parse().unwrap(),
+        deployment_id: DEP.parse().unwrap(),
+        revision_id: "rev-b".parse().unwrap(),
     }
 }
 
 fn registered() -> ExecutorEvent {
     ExecutorRegistered {
-        executor_id: EX.into(),
-        deployment_id: DEP.into(),
-        revision_id: "rev-b".into(),
+        executor_id: EX.parse().unwrap(),
+        deployment_id: DEP.parse().unwrap(),
+        revision_id: "rev-b".parse().unwrap(),
     }
     .into()
 }
 
 fn draining() -> ExecutorEvent {
     ExecutorDraining {
-        executor_id: EX.into(),
-        deployment_id: DEP.into(),
+        executor_id: EX.parse().unwrap(),
+        deployment_id: DEP.parse().unwrap(),
     }
     .into()
 }
 
 fn drained() -> ExecutorEvent {
     ExecutorDrained {
-        executor_id: EX.into(),
-        deployment_id: DEP.into(),
+        executor_id: EX.parse().unwrap(),
+        deployment_id: DEP.parse().unwrap(),
     }
     .into()
 }
 
 fn lost() -> ExecutorEvent {
     ExecutorLost {
-        executor_id: EX.into(),
-        deployment_id: DEP.into(),
+        executor_id: EX.parse().unwrap(),
+        deployment_id: DEP.parse().unwrap(),
     }
     .into()
 }

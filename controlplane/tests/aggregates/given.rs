@@ -107,7 +107,7 @@ pub fn figures() -> GateFigures {
 
 pub fn created() -> DeploymentEvent {
     DeploymentCreated {
-        deployment_id: DEP.into(),
+        deployment_id: DEP.parse().unwrap(),
         limits: limits(),
     }
     .into()
@@ -115,25 +115,25 @@ pub fn created() -> DeploymentEvent {
 
 pub fn retired() -> DeploymentEvent {
     DeploymentRetired {
-        deployment_id: DEP.into(),
+        deployment_id: DEP.parse().unwrap(),
     }
     .into()
 }
 
 pub fn serving(revision: &str) -> DeploymentEvent {
     ServingRevisionSet {
-        deployment_id: DEP.into(),
-        revision_id: revision.into(),
+        deployment_id: DEP.parse().unwrap(),
+        revision_id: revision.parse().unwrap(),
     }
     .into()
 }
 
 pub fn started(rollout: &str, from: &str, to: &str, steps: &[u8]) -> DeploymentEvent {
     RolloutStarted {
-        deployment_id: DEP.into(),
-        rollout_id: rollout.into(),
-        from_revision: from.into(),
-        to_revision: to.into(),
+        deployment_id: DEP.parse().unwrap(),
+        rollout_id: rollout.parse().unwrap(),
+        from_revision: from.parse().unwrap(),
+        to_revision: to.parse().unwrap(),
         steps: steps.to_vec(),
         gates: gates(),
     }
@@ -142,8 +142,8 @@ pub fn started(rollout: &str, from: &str, to: &str, steps: &[u8]) -> DeploymentE
 
 pub fn advanced(rollout: &str, step: u32, percent: u8) -> DeploymentEvent {
     RolloutAdvanced {
-        deployment_id: DEP.into(),
-        rollout_id: rollout.into(),
+        deployment_id: DEP.parse().unwrap(),
+        rollout_id: rollout.parse().unwrap(),
         step,
         percent,
         figures: None,
@@ -153,24 +153,24 @@ pub fn advanced(rollout: &str, step: u32, percent: u8) -> DeploymentEvent {
 
 pub fn paused(rollout: &str) -> DeploymentEvent {
     RolloutPaused {
-        deployment_id: DEP.into(),
-        rollout_id: rollout.into(),
+        deployment_id: DEP.parse().unwrap(),
+        rollout_id: rollout.parse().unwrap(),
     }
     .into()
 }
 
 pub fn resumed(rollout: &str) -> DeploymentEvent {
     RolloutResumed {
-        deployment_id: DEP.into(),
-        rollout_id: rollout.into(),
+        deployment_id: DEP.parse().unwrap(),
+        rollout_id: rollout.parse().unwrap(),
     }
     .into()
 }
 
 pub fn rolled_back(rollout: &str) -> DeploymentEvent {
     RolloutRolledBack {
-        deployment_id: DEP.into(),
-        rollout_id: rollout.into(),
+        deployment_id: DEP.parse().unwrap(),
+        rollout_id: rollout.parse().unwrap(),
         figures: None,
     }
     .into()
@@ -178,9 +178,9 @@ pub fn rolled_back(rollout: &str) -> DeploymentEvent {
 
 pub fn completed(rollout: &str, revision: &str) -> DeploymentEvent {
     RolloutCompleted {
-        deployment_id: DEP.into(),
-        rollout_id: rollout.into(),
-        revision_id: revision.into(),
+        deployment_id: DEP.parse().unwrap(),
+        rollout_id: rollout.parse().unwrap(),
+        revision_id: revision.parse().unwrap(),
     }
     .into()
 }

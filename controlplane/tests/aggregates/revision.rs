@@ -16,7 +16,7 @@ fn register(
     deployment_exists: bool,
 ) -> RevisionCommand {
     RevisionCommand::Register {
-        deployment_id: DEP.into(),
+        deployment_id: DEP.parse().unwrap(),
         revision_id: revision_id.into(),
         model_uri: "file:///models/b.gguf".into(),
         model_sha256: sha(),
@@ -35,8 +35,8 @@ fn verified(sha256: String) -> ArtifactCheck {
 
 fn registered() -> RevisionEvent {
     RevisionRegistered {
-        deployment_id: DEP.into(),
-        revision_id: "rev-b".into(),
+        deployment_id: DEP.parse().unwrap(),
+        revision_id: "rev-b".parse().unwrap(),
         model_uri: "file:///models/b.gguf".into(),
         model_sha256: sha(),
         tokenizer_hash: "tok1".into(),
@@ -149,8 +149,8 @@ fn revision_ids_are_checked() {
         .when(register(&longest, verified(sha()), true), &alice())
         .then_events(vec![
             RevisionRegistered {
-                deployment_id: DEP.into(),
-                revision_id: longest.clone(),
+                deployment_id: DEP.parse().unwrap(),
+                revision_id: longest.parse().unwrap(),
                 model_uri: "file:///models/b.gguf".into(),
                 model_sha256: sha(),
                 tokenizer_hash: "tok1".into(),

@@ -96,8 +96,8 @@ fn a_rollout_without_a_serving_revision_is_refused() {
 #[test]
 fn a_rollout_to_an_unverified_revision_is_refused() {
     let cmd = C::StartRollout {
-        rollout_id: "ro1".into(),
-        to_revision: "b".into(),
+        rollout_id: "ro1".parse().unwrap(),
+        to_revision: "b".parse().unwrap(),
         to_revision_verified: false,
         steps: vec![50, 100],
         gates: gates(),
@@ -175,8 +175,8 @@ fn invalid_gates_are_refused() {
         given::<Deployment>([created(), serving("a")])
             .when(
                 C::StartRollout {
-                    rollout_id: "ro1".into(),
-                    to_revision: "b".into(),
+                    rollout_id: "ro1".parse().unwrap(),
+                    to_revision: "b".parse().unwrap(),
                     to_revision_verified: true,
                     steps: vec![50, 100],
                     gates: g,
@@ -194,15 +194,15 @@ fn advancing_moves_to_the_next_step_with_the_figures() {
     let state = given::<Deployment>(rolling())
         .when(
             C::AdvanceRollout {
-                rollout_id: "ro1".into(),
+                rollout_id: "ro1".parse().unwrap(),
                 figures: Some(figures()),
             },
             &Meta::new("rollout-controller"),
         )
         .then_events(vec![
             RolloutAdvanced {
-                deployment_id: DEP.into(),
-                rollout_id: "ro1".into(),
+                deployment_id: DEP.parse().unwrap(),
+                rollout_id: "ro1".parse().unwrap(),
                 step: 1,
                 percent: 25,
                 figures: Some(figures()),
@@ -239,7 +239,7 @@ fn advancing_with_unstorable_figures_is_refused() {
     given::<Deployment>(rolling())
         .when(
             C::AdvanceRollout {
-                rollout_id: "ro1".into(),
+                rollout_id: "ro1".parse().unwrap(),
                 figures: Some(f),
             },
             &alice(),
@@ -328,15 +328,15 @@ fn rolling_back_returns_all_traffic_to_the_serving_revision() {
     let state = given::<Deployment>(and(rolling(), [advanced("ro1", 1, 25)]))
         .when(
             C::RollBack {
-                rollout_id: "ro1".into(),
+                rollout_id: "ro1".parse().unwrap(),
                 figures: Some(figures()),
             },
             &because("error rate above the gate"),
         )
         .then_events(vec![
             RolloutRolledBack {
-                deployment_id: DEP.into(),
-                rollout_id: "ro1".into(),
+                deployment_id: DEP.parse().unwrap(),
+                rollout_id: "ro1".parse().unwrap(),
                 figures: Some(figures()),
             }
             .into(),
@@ -415,7 +415,7 @@ fn a_rollout_from_a_to_b_completes_and_b_serves() {
     let mut h = step(
         Vec::new(),
         C::Create {
-            deployment_id: DEP.into(),
+            deployment_id: DEP.parse().unwrap(),
             limits: limits(),
         },
         &op,
@@ -423,7 +423,7 @@ fn a_rollout_from_a_to_b_completes_and_b_serves() {
     h = step(
         h,
         C::SetServingRevision {
-            revision_id: "a".into(),
+            revision_id: "a".parse().unwrap(),
             verified: true,
         },
         &op,
@@ -481,7 +481,7 @@ fn a_rolled_back_rollout_leaves_a_serving_and_a_new_rollout_may_start() {
     given::<Deployment>(h)
         .when(
             C::SetServingRevision {
-                revision_id: "a".into(),
+                revision_id: "a".parse().unwrap(),
                 verified: true,
             },
             &alice(),

@@ -9,7 +9,7 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
-use stoker_controlplane::batch::{CreateBatch, Listed};
+use stoker_controlplane::batch::{CreateBatch, Listed, batch_id};
 use stoker_schemas::batch::{
     Batch, BatchError, BatchErrors, BatchList, BatchRequestCounts, CreateBatchRequest,
 };
@@ -146,7 +146,8 @@ pub async fn get(
     ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
     principal.require(Scope::Batch)?;
-    let l = batches(&state)?.get(&principal.tenant, &id).await?;
+    let b = batches(&state)?;
+    let l = b.get(&principal.tenant, &batch_id(&id)?).await?;
     Ok(axum::Json(batch_object(&l)).into_response())
 }
 
@@ -184,9 +185,9 @@ pub async fn list(
             ));
         }
     };
-    let (page, has_more) = batches(&state)?
-        .list(&principal.tenant, q.after.as_deref(), limit)
-        .await?;
+    let b = batches(&state)?;
+    let after = q.after.as_deref().map(batch_id).transpose()?;
+    let (page, has_more) = b.list(&principal.tenant, after.as_ref(), limit).await?;
     Ok(axum::Json(BatchList {
         object: "list".into(),
         first_id: page.first().map(|l| l.view.batch_id.clone()),
@@ -215,8 +216,9 @@ pub async fn cancel(
     ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
     principal.require(Scope::Batch)?;
-    let l = batches(&state)?
-        .cancel(&principal.tenant, &principal.name, &id)
+    let b = batches(&state)?;
+    let l = b
+        .cancel(&principal.tenant, &principal.name, &batch_id(&id)?)
         .await?;
     Ok(axum::Json(batch_object(&l)).into_response())
 }

@@ -7,6 +7,7 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use stoker_controlplane::batch::Batches;
+use stoker_controlplane::batch::file_id;
 use stoker_controlplane::batch::files::FileRecord;
 use stoker_schemas::batch::{FileDeleted, FileList, FileObject};
 
@@ -174,7 +175,8 @@ pub async fn get(
     ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
     principal.require(Scope::Batch)?;
-    let f = batches(&state)?.file(&principal.tenant, &id).await?;
+    let b = batches(&state)?;
+    let f = b.file(&principal.tenant, &file_id(&id)?).await?;
     Ok(axum::Json(file_object(&f)).into_response())
 }
 
@@ -195,9 +197,8 @@ pub async fn content(
     ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
     principal.require(Scope::Batch)?;
-    let bytes = batches(&state)?
-        .file_content(&principal.tenant, &id)
-        .await?;
+    let b = batches(&state)?;
+    let bytes = b.file_content(&principal.tenant, &file_id(&id)?).await?;
     let mut resp = bytes.into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -224,7 +225,9 @@ pub async fn delete(
     ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
     principal.require(Scope::Batch)?;
-    batches(&state)?.delete_file(&principal.tenant, &id).await?;
+    let b = batches(&state)?;
+    let id = file_id(&id)?;
+    b.delete_file(&principal.tenant, &id).await?;
     Ok(axum::Json(FileDeleted {
         id,
         object: "file".into(),

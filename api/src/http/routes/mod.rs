@@ -77,17 +77,17 @@ async fn method_not_allowed(method: Method) -> ApiError {
 /// requests, adds provenance headers to every response, and counts error
 /// responses by code.
 async fn edge(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
-    let request_id = uuid::Uuid::new_v4().simple().to_string();
+    let request_id = RequestId::generate();
     let endpoint = match (req.method(), req.uri().path()) {
         (&Method::POST, "/v1/chat/completions") => Some("/v1/chat/completions"),
         (&Method::POST, "/v1/completions") => Some("/v1/completions"),
         _ => None,
     };
-    let slot = endpoint.map(|e| LogSlot::new(request_id.clone(), e));
+    let slot = endpoint.map(|e| LogSlot::new(request_id.to_string(), e));
     if let Some(s) = &slot {
         req.extensions_mut().insert(s.clone());
     }
-    req.extensions_mut().insert(RequestId(request_id.clone()));
+    req.extensions_mut().insert(request_id.clone());
     let mut resp = next.run(req).await;
     if let (Some(slot), Some(c)) = (&slot, state.control()) {
         if let Some(code) = resp.extensions().get::<RejectedCode>() {
@@ -121,9 +121,9 @@ async fn edge(State(state): State<AppState>, mut req: Request, next: Next) -> Re
     resp
 }
 
-/// The id of this request, as sent back in `x-request-id`.
-#[derive(Clone, Debug)]
-pub struct RequestId(pub String);
+/// The id of this request, as sent back in `x-request-id`; a request
+/// extension set by the edge.
+pub use stoker_schemas::ids::RequestId;
 
 impl FromRequestParts<AppState> for Principal {
     type Rejection = ApiError;

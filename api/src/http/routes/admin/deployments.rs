@@ -12,6 +12,7 @@ use stoker_controlplane::projection::{
 use stoker_controlplane::service::RevisionSpec;
 use stoker_controlplane::store::{AuditQuery, Position};
 use stoker_schemas::events::DeploymentLimits;
+use stoker_schemas::ids::DeploymentId;
 
 use super::{Admin, ReasonBody, check_id, check_reason, written};
 use crate::backend::default_revision_id;
@@ -63,12 +64,19 @@ fn not_found(id: &str) -> ApiError {
     }
 }
 
+/// A deployment id from a path. A malformed one names no deployment: the same
+/// 404 as an unknown one.
+fn deployment_id(id: &str) -> Result<DeploymentId, ApiError> {
+    id.parse().map_err(|_| not_found(id))
+}
+
 pub async fn list(admin: Admin) -> Response {
     let v = admin.cp().views().await;
     super::list(v.deployments.values().cloned().collect()).into_response()
 }
 
 pub async fn get_one(admin: Admin, ApiPath(id): ApiPath<String>) -> Result<Response, ApiError> {
+    let id = deployment_id(&id)?;
     let v = admin.cp().views().await;
     Ok(Json(detail(&v, &id)?).into_response())
 }
@@ -169,11 +177,18 @@ pub async fn history(
     ApiPath(id): ApiPath<String>,
     ApiQuery(p): ApiQuery<PageParams>,
 ) -> Result<Response, ApiError> {
-    if !admin.cp().views().await.deployments.contains_key(&id) {
+    let id = deployment_id(&id)?;
+    if !admin
+        .cp()
+        .views()
+        .await
+        .deployments
+        .contains_key(id.as_str())
+    {
         return Err(not_found(&id));
     }
     let q = AuditQuery {
-        deployment: Some(id),
+        deployment: Some(id.into_string()),
         after: p
             .cursor
             .as_deref()
@@ -189,8 +204,9 @@ pub async fn list_revisions(
     admin: Admin,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
+    let id = deployment_id(&id)?;
     let v = admin.cp().views().await;
-    if !v.deployments.contains_key(&id) {
+    if !v.deployments.contains_key(id.as_str()) {
         return Err(not_found(&id));
     }
     Ok(super::list(v.revisions_of(&id).cloned().collect()).into_response())
@@ -235,7 +251,14 @@ pub async fn register_revision(
             "model_uri",
         ));
     }
-    if !admin.cp().views().await.deployments.contains_key(&id) {
+    let id = deployment_id(&id)?;
+    if !admin
+        .cp()
+        .views()
+        .await
+        .deployments
+        .contains_key(id.as_str())
+    {
         return Err(not_found(&id));
     }
     let sha = body.model_sha256.to_ascii_lowercase();
@@ -252,7 +275,7 @@ pub async fn register_revision(
     let path = path_of(&body.model_uri);
     let check = check_artifact(&path).await;
     let mut spec = RevisionSpec {
-        deployment_id: id.clone(),
+        deployment_id: id.to_string(),
         revision_id: revision_id.clone(),
         model_uri: control::file_uri(&path),
         model_sha256: sha.clone(),

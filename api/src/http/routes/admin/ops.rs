@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use stoker_controlplane::domain::ExecutorCommand;
 use stoker_controlplane::store::{Actor, AuditQuery, Page, Position};
 use stoker_schemas::events::CapacityEnvelope;
+use stoker_schemas::ids::RequestId;
 
 use super::{Admin, EventOut, ReasonBody, check_id, check_reason, written};
 use crate::error::ApiError;
@@ -129,7 +130,7 @@ pub async fn list_executors(State(state): State<AppState>, admin: Admin) -> Resp
         .map(|e| {
             let mut j = serde_json::to_value(e).unwrap_or_default();
             j["live"] = live
-                .remove(&e.executor_id)
+                .remove(e.executor_id.as_str())
                 .unwrap_or(serde_json::Value::Null);
             j
         })
@@ -243,6 +244,14 @@ pub async fn request(admin: Admin, ApiPath(id): ApiPath<String>) -> Result<Respo
     if id.len() > 128 {
         return Err(ApiError::invalid("request ids are at most 128 bytes", "id"));
     }
+    let not_found = |id: &str| ApiError::NotFound {
+        message: format!("no request {id:?} in the request log"),
+        code: stoker_schemas::codes::ErrorCode::NotFound,
+    };
+    // A malformed id names no request: the same 404 as an unknown one.
+    let Ok(id) = id.parse::<RequestId>() else {
+        return Err(not_found(&id));
+    };
     let log = &admin.control.log;
     // Rows are written in batches; a request that just ended may still be queued.
     log.flush()
@@ -254,10 +263,7 @@ pub async fn request(admin: Admin, ApiPath(id): ApiPath<String>) -> Result<Respo
         .map_err(|e| ApiError::Internal(e.to_string()))?
     {
         Some(r) => Ok(Json(r).into_response()),
-        None => Err(ApiError::NotFound {
-            message: format!("no request {id:?} in the request log"),
-            code: stoker_schemas::codes::ErrorCode::NotFound,
-        }),
+        None => Err(not_found(id.as_str())),
     }
 }
 

@@ -4,8 +4,9 @@
 use axum::Json;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use stoker_controlplane::service::RolloutAction;
+use stoker_controlplane::service::{CpError, RolloutAction};
 use stoker_schemas::events::SloGates;
+use stoker_schemas::ids::RolloutId;
 
 use super::{Admin, ReasonBody, check_reason, written};
 use crate::error::ApiError;
@@ -83,7 +84,20 @@ pub async fn list(admin: Admin, ApiQuery(p): ApiQuery<ListParams>) -> Response {
     super::list(data).into_response()
 }
 
+/// A rollout id from a path. A malformed one names no rollout: the same 404
+/// as an unknown one.
+fn rollout_id(id: String) -> Result<RolloutId, ApiError> {
+    id.parse().map_err(|_| {
+        CpError::NotFound {
+            what: "rollout",
+            id,
+        }
+        .into()
+    })
+}
+
 pub async fn get_one(admin: Admin, ApiPath(id): ApiPath<String>) -> Result<Response, ApiError> {
+    let id = rollout_id(id)?;
     Ok(Json(admin.cp().rollout(&id).await?).into_response())
 }
 
@@ -106,6 +120,7 @@ pub async fn act(
             )));
         }
     };
+    let id = rollout_id(id)?;
     let events = admin
         .cp()
         .rollout_action(&id, action, &admin.meta(body.reason))
