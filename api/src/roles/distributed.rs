@@ -1,6 +1,7 @@
-//! What `serve.rs` runs differently per distributed role: the API loads only
-//! the tokenizer and chat template and generates through the executors; the
-//! executor adds the job server to the single-process server.
+//! What the distributed roles add to the server in `roles/mod.rs`: the API
+//! loads only the tokenizer and chat template and generates through the
+//! executors (the remote backend); the executor adds the job front (`jobs/`)
+//! to the single-process server, and watches for a drain recorded for it.
 
 use std::sync::Arc;
 use std::time::Duration;

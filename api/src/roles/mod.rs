@@ -1,7 +1,10 @@
-//! The HTTP server of every role ([`Mode`]: `stoker serve` in one process,
-//! `stoker api` in front of executors, `stoker executor` behind Kafka): bind,
-//! load the model in the background (ready stays false until a warm-up
-//! generation succeeds, where the role runs an engine), serve, and drain.
+//! Where each server sub-command is put together: the HTTP server of every
+//! [`Role`] (`stoker serve` in one process, `stoker api` in front of
+//! executors, `stoker executor` behind Kafka): bind, load the model in the
+//! background (ready stays false until a warm-up generation succeeds, where
+//! the role runs an engine), serve, and drain. `distributed.rs` is what the
+//! two distributed roles add; `bootstrap.rs` what a server records about
+//! itself in the control plane.
 //!
 //! Drain keeps accepting connections so load balancers see a 503 from
 //! `/health/ready` and clients get a typed `not_ready` instead of a refused
