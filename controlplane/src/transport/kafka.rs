@@ -297,6 +297,11 @@ impl Kafka {
                 self.trouble.store(false, Ordering::Relaxed);
                 tracing::info!("broker reachable; topics in place");
             }
+            // A topic that cannot carry the layout will not heal by waiting:
+            // say so where an operator looks.
+            Err(e @ (KafkaError::TooFewPartitions { .. } | KafkaError::CreateTopic { .. })) => {
+                tracing::warn!(error = %e, "broker reachable but its topics are unusable")
+            }
             Err(e) => tracing::debug!(error = %e, "broker still unavailable"),
         }
     }
@@ -402,9 +407,18 @@ impl Kafka {
 
 /// A client configuration naming the brokers; callers add their settings,
 /// then [`WithProperties::with_properties`] the operator's.
+///
+/// No client of ours lets the broker create a topic: a producer asks for
+/// auto-creation by default, and a broker that came back without its log
+/// (or runs with `auto.create.topics.enable`) would then make the topic at
+/// its default partition count (tansu: 4) the moment the producer refreshed
+/// its metadata, before [`Kafka::heal`] could make it with the layout's.
+/// Such a topic can never carry the layout, and the process would stay
+/// `not_ready` until an operator deleted it.
 fn client_config(settings: &KafkaSettings) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &settings.brokers);
+    c.set("allow.auto.create.topics", "false");
     c
 }
 

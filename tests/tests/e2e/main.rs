@@ -10,6 +10,7 @@
 mod architectures;
 mod batch;
 mod bench;
+mod broker;
 mod cluster;
 mod control;
 mod distributed;
