@@ -61,6 +61,9 @@ class LongStream(threading.Thread):
                 max_tokens=LONG_TOKENS,
                 temperature=0,
                 stream=True,
+                # The slot must stay held: a model that ends at EOS early would
+                # free it and make phase 1's 503 a matter of timing.
+                extra_body={"ignore_eos": True},
             )
             for chunk in stream:
                 for ch in chunk.choices:
@@ -105,6 +108,10 @@ try:
         f"(A finished={a.finished.is_set()} tokens={a.tokens}, B finished={b.finished.is_set()}): {resp}"
     )
 except openai.APIStatusError as e:
+    # The refusal is only the deterministic one if A still held the slot and B
+    # still sat in the queue when it came.
+    held = (not a.finished.is_set(), not b.finished.is_set())
+    check(held == (True, True), f"A and B running when C was refused: {held} (A {a.tokens} tokens)")
     check(
         e.status_code == 503,
         f"request C: want 503, got {e.status_code} {type(e).__name__}: {e.body}",
@@ -120,7 +127,6 @@ except openai.APIStatusError as e:
         check(float(retry_after_ms) >= 0, f"retry-after-ms negative: {retry_after_ms!r}")
     except ValueError:
         fail(f"retry-after-ms is not a number: {retry_after_ms!r}")
-check(not a.finished.is_set() or a.tokens > 0, "stream A state inconsistent")
 
 step("phase 1: streams A and B must complete")
 for s in (a, b):
@@ -128,6 +134,7 @@ for s in (a, b):
     check(not s.is_alive(), f"stream {s.name} still running after 300 s")
     check(s.error is None, f"stream {s.name} failed: {s.error!r}")
     check(s.tokens > 0, f"stream {s.name} produced no content")
+    check(s.finish_reason == "length", f"stream {s.name} ended {s.finish_reason!r}, not at max_tokens")
     step(f"  {s.name}: {s.tokens} content chunks, finish_reason={s.finish_reason}")
 
 # --- phase 2: the SDK retries 503s until all requests succeed -----------------------
