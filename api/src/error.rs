@@ -12,7 +12,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use stoker_controlplane::batch::BatchError;
 use stoker_controlplane::batch::input::InputError;
-use stoker_controlplane::domain::{DomainError, ErrorKind};
+use stoker_controlplane::domain::ErrorKind;
 use stoker_controlplane::service::CpError;
 use stoker_controlplane::store::StoreError;
 use stoker_executor::{EngineError, ValidationError};
@@ -281,10 +281,7 @@ impl From<CpError> for ApiError {
                 match d.kind() {
                     ErrorKind::NotFound => ApiError::NotFound {
                         message,
-                        code: match d {
-                            DomainError::RevisionAbsent { .. } => ErrorCode::RevisionAbsent,
-                            _ => ErrorCode::NotFound,
-                        },
+                        code: d.error_code(),
                     },
                     ErrorKind::Conflict => ApiError::Conflict(message),
                     ErrorKind::Invalid => ApiError::InvalidValue {

@@ -3,8 +3,12 @@
 //! against the event stream with optimistic concurrency, and folds the new
 //! events into the read models before returning, so a write is visible to the
 //! writer's next read.
+//!
+//! Its methods take typed ids ([`DeploymentId`], ...): callers parse what
+//! they were sent at their edge, so a malformed id never reaches a command.
 
 use stoker_schemas::events::{CapacityEnvelope, DeploymentLimits, GateFigures, SloGates};
+use stoker_schemas::ids::{DeploymentId, ExecutorId, RevisionId, RolloutId};
 
 use crate::domain::repo::{self, RepoError};
 use crate::domain::{
@@ -46,8 +50,8 @@ impl From<RepoError> for CpError {
 /// caller (it needs to read the model file).
 #[derive(Clone, Debug)]
 pub struct RevisionSpec {
-    pub deployment_id: String,
-    pub revision_id: String,
+    pub deployment_id: DeploymentId,
+    pub revision_id: RevisionId,
     pub model_uri: String,
     pub model_sha256: String,
     pub tokenizer_hash: String,
@@ -130,12 +134,12 @@ impl ControlPlane {
 
     pub async fn create_deployment(
         &self,
-        deployment_id: &str,
+        deployment_id: &DeploymentId,
         limits: DeploymentLimits,
         meta: &Meta,
     ) -> Result<Vec<Recorded>, CpError> {
         let cmd = DeploymentCommand::Create {
-            deployment_id: deployment_id.to_owned(),
+            deployment_id: deployment_id.to_string(),
             limits,
         };
         self.run::<Deployment>(deployment_id, cmd, meta).await
@@ -143,7 +147,7 @@ impl ControlPlane {
 
     pub async fn change_limits(
         &self,
-        deployment_id: &str,
+        deployment_id: &DeploymentId,
         limits: DeploymentLimits,
         meta: &Meta,
     ) -> Result<Vec<Recorded>, CpError> {
@@ -153,7 +157,7 @@ impl ControlPlane {
 
     pub async fn retire_deployment(
         &self,
-        deployment_id: &str,
+        deployment_id: &DeploymentId,
         meta: &Meta,
     ) -> Result<Vec<Recorded>, CpError> {
         self.run::<Deployment>(deployment_id, DeploymentCommand::Retire, meta)
@@ -170,13 +174,13 @@ impl ControlPlane {
 
     pub async fn set_serving_revision(
         &self,
-        deployment_id: &str,
-        revision_id: &str,
+        deployment_id: &DeploymentId,
+        revision_id: &RevisionId,
         meta: &Meta,
     ) -> Result<Vec<Recorded>, CpError> {
         let verified = self.revision_known(deployment_id, revision_id).await;
         let cmd = DeploymentCommand::SetServingRevision {
-            revision_id: revision_id.to_owned(),
+            revision_id: revision_id.to_string(),
             verified,
         };
         self.run::<Deployment>(deployment_id, cmd, meta).await
@@ -194,15 +198,15 @@ impl ControlPlane {
     ) -> Result<Vec<Recorded>, CpError> {
         let (deployment_exists, needs_serving) = {
             let v = self.projector.views().await;
-            match v.deployments.get(&spec.deployment_id) {
+            match v.deployments.get(spec.deployment_id.as_str()) {
                 Some(d) => (!d.retired, d.serving_revision.is_none()),
                 None => (false, false),
             }
         };
         let stream_id = Views::revision_key(&spec.deployment_id, &spec.revision_id);
         let cmd = RevisionCommand::Register {
-            deployment_id: spec.deployment_id.clone(),
-            revision_id: spec.revision_id.clone(),
+            deployment_id: spec.deployment_id.to_string(),
+            revision_id: spec.revision_id.to_string(),
             model_uri: spec.model_uri,
             model_sha256: spec.model_sha256,
             tokenizer_hash: spec.tokenizer_hash,
@@ -230,17 +234,17 @@ impl ControlPlane {
 
     pub async fn start_rollout(
         &self,
-        deployment_id: &str,
-        to_revision: &str,
+        deployment_id: &DeploymentId,
+        to_revision: &RevisionId,
         steps: Vec<u8>,
         gates: SloGates,
         meta: &Meta,
-    ) -> Result<(String, Vec<Recorded>), CpError> {
-        let rollout_id = format!("ro_{}", &uuid::Uuid::new_v4().simple().to_string()[..16]);
+    ) -> Result<(RolloutId, Vec<Recorded>), CpError> {
+        let rollout_id = RolloutId::generate();
         let verified = self.revision_known(deployment_id, to_revision).await;
         let cmd = DeploymentCommand::StartRollout {
-            rollout_id: rollout_id.clone(),
-            to_revision: to_revision.to_owned(),
+            rollout_id: rollout_id.to_string(),
+            to_revision: to_revision.to_string(),
             to_revision_verified: verified,
             steps,
             gates,
@@ -250,28 +254,28 @@ impl ControlPlane {
     }
 
     /// The rollout's view, or NotFound.
-    pub async fn rollout(&self, rollout_id: &str) -> Result<RolloutView, CpError> {
+    pub async fn rollout(&self, rollout_id: &RolloutId) -> Result<RolloutView, CpError> {
         self.projector
             .views()
             .await
             .rollouts
-            .get(rollout_id)
+            .get(rollout_id.as_str())
             .cloned()
             .ok_or_else(|| CpError::NotFound {
                 what: "rollout",
-                id: rollout_id.to_owned(),
+                id: rollout_id.to_string(),
             })
     }
 
     /// Advances, pauses, resumes, rolls back or completes a rollout by its id.
     pub async fn rollout_action(
         &self,
-        rollout_id: &str,
+        rollout_id: &RolloutId,
         action: RolloutAction,
         meta: &Meta,
     ) -> Result<Vec<Recorded>, CpError> {
         let r = self.rollout(rollout_id).await?;
-        let rollout_id = rollout_id.to_owned();
+        let rollout_id = rollout_id.to_string();
         let cmd = match action {
             RolloutAction::Advance(figures) => DeploymentCommand::AdvanceRollout {
                 rollout_id,
@@ -292,8 +296,8 @@ impl ControlPlane {
 
     pub async fn record_capacity_profile(
         &self,
-        deployment_id: &str,
-        revision_id: &str,
+        deployment_id: &DeploymentId,
+        revision_id: &RevisionId,
         workload: &str,
         envelope: CapacityEnvelope,
         meta: &Meta,
@@ -301,8 +305,8 @@ impl ControlPlane {
         let revision_registered = self.revision_known(deployment_id, revision_id).await;
         let stream_id = format!("{deployment_id}/{revision_id}/{workload}");
         let cmd = CapacityProfileCommand::Record {
-            deployment_id: deployment_id.to_owned(),
-            revision_id: revision_id.to_owned(),
+            deployment_id: deployment_id.to_string(),
+            revision_id: revision_id.to_string(),
             workload: workload.to_owned(),
             envelope,
             revision_registered,
@@ -314,7 +318,7 @@ impl ControlPlane {
 
     pub async fn executor_command(
         &self,
-        executor_id: &str,
+        executor_id: &ExecutorId,
         cmd: ExecutorCommand,
         meta: &Meta,
     ) -> Result<Vec<Recorded>, CpError> {

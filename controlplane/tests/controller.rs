@@ -16,6 +16,14 @@ use stoker_schemas::codes::ErrorCode;
 use stoker_schemas::events::{DeploymentLimits, SchedulerPolicy, SloGates};
 use support::{Fixture, Kind};
 
+/// A typed id (`DeploymentId`, ...) from a literal the test knows is valid.
+fn id<T: std::str::FromStr>(s: &str) -> T
+where
+    T::Err: std::fmt::Debug,
+{
+    s.parse().unwrap()
+}
+
 fn limits() -> DeploymentLimits {
     DeploymentLimits {
         context_window: 2048,
@@ -30,8 +38,8 @@ fn limits() -> DeploymentLimits {
 
 fn spec(rev: &str, sha: &str) -> RevisionSpec {
     RevisionSpec {
-        deployment_id: "d1".parse().unwrap(),
-        revision_id: rev.into(),
+        deployment_id: id("d1"),
+        revision_id: id(rev),
         model_uri: format!("file:///m/{rev}.gguf"),
         model_sha256: sha.into(),
         tokenizer_hash: String::new(),
@@ -44,7 +52,7 @@ fn spec(rev: &str, sha: &str) -> RevisionSpec {
 async fn setup(fx: &Fixture) -> (ControlPlane, RequestLog) {
     let cp = ControlPlane::open(fx.store.clone()).await.unwrap();
     let m = meta("alice", None);
-    cp.create_deployment("d1", limits(), &m).await.unwrap();
+    cp.create_deployment(&id("d1"), limits(), &m).await.unwrap();
     for (rev, c) in [("a", "a"), ("b", "b")] {
         let sha = c.repeat(64);
         cp.register_revision(
@@ -105,7 +113,13 @@ async fn advances_on_good_figures_then_rolls_back_when_a_gate_breaks() {
     let fx = Fixture::new(Kind::Sqlite).await;
     let (cp, log) = setup(&fx).await;
     let (ro, _) = cp
-        .start_rollout("d1", "b", vec![5, 25, 100], gates(10), &meta("alice", None))
+        .start_rollout(
+            &id("d1"),
+            &id("b"),
+            vec![5, 25, 100],
+            gates(10),
+            &meta("alice", None),
+        )
         .await
         .unwrap();
 
@@ -168,7 +182,13 @@ async fn completes_at_full_traffic_and_error_gate_counts() {
     let fx = Fixture::new(Kind::Sqlite).await;
     let (cp, log) = setup(&fx).await;
     let (ro, _) = cp
-        .start_rollout("d1", "b", vec![50, 100], gates(5), &meta("alice", None))
+        .start_rollout(
+            &id("d1"),
+            &id("b"),
+            vec![50, 100],
+            gates(5),
+            &meta("alice", None),
+        )
         .await
         .unwrap();
     for i in 0..5 {
@@ -183,11 +203,17 @@ async fn completes_at_full_traffic_and_error_gate_counts() {
     assert_eq!(tick(&cp, &log).await.unwrap()[0].action, "complete");
     let v = cp.views().await;
     assert_eq!(v.deployments["d1"].serving_revision.as_deref(), Some("b"));
-    assert_eq!(v.rollouts[&ro].status, RolloutStatus::Completed);
+    assert_eq!(v.rollouts[ro.as_str()].status, RolloutStatus::Completed);
 
     // A second rollout back to a, where 1 of 5 requests fails: 20 % > 10 % gate.
     let (ro2, _) = cp
-        .start_rollout("d1", "a", vec![10, 100], gates(5), &meta("alice", None))
+        .start_rollout(
+            &id("d1"),
+            &id("a"),
+            vec![10, 100],
+            gates(5),
+            &meta("alice", None),
+        )
         .await
         .unwrap();
     for i in 0..4 {
@@ -219,7 +245,13 @@ async fn manual_and_paused_rollouts_are_left_alone() {
         min_requests: 1,
     };
     let (ro, _) = cp
-        .start_rollout("d1", "b", vec![5, 100], manual, &meta("alice", None))
+        .start_rollout(
+            &id("d1"),
+            &id("b"),
+            vec![5, 100],
+            manual,
+            &meta("alice", None),
+        )
         .await
         .unwrap();
     for i in 0..30 {

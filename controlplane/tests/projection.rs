@@ -10,6 +10,14 @@ use stoker_controlplane::service::{ControlPlane, RevisionSpec, RolloutAction, me
 use stoker_schemas::events::{CapacityEnvelope, DeploymentLimits, SchedulerPolicy, SloGates};
 use support::{Fixture, Kind};
 
+/// A typed id (`DeploymentId`, ...) from a literal the test knows is valid.
+fn id<T: std::str::FromStr>(s: &str) -> T
+where
+    T::Err: std::fmt::Debug,
+{
+    s.parse().unwrap()
+}
+
 pub fn limits() -> DeploymentLimits {
     DeploymentLimits {
         context_window: 2048,
@@ -28,8 +36,8 @@ pub fn sha(c: char) -> String {
 
 pub fn spec(dep: &str, rev: &str, sha: &str) -> RevisionSpec {
     RevisionSpec {
-        deployment_id: dep.into(),
-        revision_id: rev.into(),
+        deployment_id: id(dep),
+        revision_id: id(rev),
         model_uri: format!("file:///models/{rev}.gguf"),
         model_sha256: sha.into(),
         tokenizer_hash: "t".repeat(64),
@@ -51,8 +59,12 @@ fn gates() -> SloGates {
 /// Drives every kind of event through the service.
 async fn history(cp: &ControlPlane) -> String {
     let alice = meta("alice", None);
-    cp.create_deployment("d1", limits(), &alice).await.unwrap();
-    cp.create_deployment("d2", limits(), &alice).await.unwrap();
+    cp.create_deployment(&id("d1"), limits(), &alice)
+        .await
+        .unwrap();
+    cp.create_deployment(&id("d2"), limits(), &alice)
+        .await
+        .unwrap();
     for (rev, c) in [("a", 'a'), ("b", 'b')] {
         let s = sha(c);
         cp.register_revision(
@@ -64,7 +76,7 @@ async fn history(cp: &ControlPlane) -> String {
         .unwrap();
     }
     let (r1, _) = cp
-        .start_rollout("d1", "b", vec![5, 25, 50, 100], gates(), &alice)
+        .start_rollout(&id("d1"), &id("b"), vec![5, 25, 50, 100], gates(), &alice)
         .await
         .unwrap();
     cp.rollout_action(&r1, RolloutAction::Advance(None), &alice)
@@ -84,7 +96,7 @@ async fn history(cp: &ControlPlane) -> String {
     .await
     .unwrap();
     let (r2, _) = cp
-        .start_rollout("d1", "b", vec![50, 100], gates(), &alice)
+        .start_rollout(&id("d1"), &id("b"), vec![50, 100], gates(), &alice)
         .await
         .unwrap();
     cp.rollout_action(&r2, RolloutAction::Advance(None), &alice)
@@ -104,7 +116,7 @@ async fn history(cp: &ControlPlane) -> String {
         prompt_tokens_p95: None,
         output_tokens_p95: None,
     };
-    cp.record_capacity_profile("d1", "b", "chat", env, &alice)
+    cp.record_capacity_profile(&id("d1"), &id("b"), "chat", env, &alice)
         .await
         .unwrap();
     let reg = ExecutorCommand::Register {
@@ -112,19 +124,19 @@ async fn history(cp: &ControlPlane) -> String {
         deployment_id: "d1".parse().unwrap(),
         revision_id: "b".parse().unwrap(),
     };
-    cp.executor_command("x1", reg, &alice).await.unwrap();
+    cp.executor_command(&id("x1"), reg, &alice).await.unwrap();
     cp.executor_command(
-        "x1",
+        &id("x1"),
         ExecutorCommand::Drain,
         &meta("bob", Some("node upgrade".into())),
     )
     .await
     .unwrap();
-    cp.executor_command("x1", ExecutorCommand::MarkDrained, &alice)
+    cp.executor_command(&id("x1"), ExecutorCommand::MarkDrained, &alice)
         .await
         .unwrap();
-    cp.retire_deployment("d2", &alice).await.unwrap();
-    r1
+    cp.retire_deployment(&id("d2"), &alice).await.unwrap();
+    r1.to_string()
 }
 
 async fn live_equals_rebuilt(kind: Kind) {
@@ -198,7 +210,9 @@ async fn refused_commands_change_no_view() {
     let fx = Fixture::new(Kind::Sqlite).await;
     let cp = ControlPlane::open(fx.store.clone()).await.unwrap();
     let alice = meta("alice", None);
-    cp.create_deployment("d1", limits(), &alice).await.unwrap();
+    cp.create_deployment(&id("d1"), limits(), &alice)
+        .await
+        .unwrap();
     let s = sha('a');
     cp.register_revision(
         spec("d1", "a", &s),
@@ -210,7 +224,7 @@ async fn refused_commands_change_no_view() {
     let before = cp.projector().stored_documents().await.unwrap();
     // Rollout to an unregistered revision.
     assert!(
-        cp.start_rollout("d1", "nope", vec![100], gates(), &alice)
+        cp.start_rollout(&id("d1"), &id("nope"), vec![100], gates(), &alice)
             .await
             .is_err()
     );
@@ -222,7 +236,7 @@ async fn refused_commands_change_no_view() {
     );
     // Unknown rollout id.
     assert!(
-        cp.rollout_action("ro_missing", RolloutAction::Pause, &alice)
+        cp.rollout_action(&id("ro_missing"), RolloutAction::Pause, &alice)
             .await
             .is_err()
     );

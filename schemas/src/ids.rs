@@ -2,10 +2,16 @@
 //! file and request ids.
 //!
 //! An id is validated once, when it is parsed: at the HTTP edge (path and body
-//! parameters), when an event or row is read back from the store, and when a
-//! message arrives over the transport. Past that point a `DeploymentId` is
-//! known to be a valid deployment id, so no code checks a `String` later and
-//! no code can forget to. Each type's rule lives in its constructor
+//! parameters), from the process's own config, and when an event or row is
+//! read back from the store. The control plane's service methods take these
+//! types, so a malformed id cannot reach a command. Past that point a
+//! `DeploymentId` is known to be a valid deployment id, so no code checks a
+//! `String` later and no code can forget to.
+//!
+//! The transport's messages (`crate::transport`) keep plain strings: there
+//! an id is only a key the receiver looks up among its own (a reply's request
+//! among the pending ones, a job's executor against its own id), never
+//! stored, and a message that names nothing known is dropped. Each type's rule lives in its constructor
 //! ([`FromStr`], [`TryFrom<String>`]) and fails with an [`IdError`] naming the
 //! kind of id and the reason.
 //!
@@ -342,6 +348,13 @@ impl FileId {
     /// `file-{stem}-errors`: the error file of `batch`.
     pub fn batch_errors(batch: &BatchId) -> Self {
         Self(format!("file-{}-errors", batch.stem()))
+    }
+}
+
+impl RolloutId {
+    /// A fresh `ro_{16 hex digits}`, for a rollout being started.
+    pub fn generate() -> Self {
+        Self(format!("ro_{}", &uuid_hex()[..16]))
     }
 }
 

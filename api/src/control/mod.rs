@@ -19,6 +19,7 @@ use stoker_controlplane::service::ControlPlane;
 use stoker_controlplane::store::EventStore;
 use stoker_executor::RequestLimits;
 use stoker_schemas::events::{DeploymentLimits, SchedulerPolicy};
+use stoker_schemas::ids::DeploymentId;
 
 use crate::config::Config;
 
@@ -31,7 +32,7 @@ pub struct Control {
     pub cp: ControlPlane,
     pub log: RequestLog,
     /// The deployment `stoker serve` serves by default.
-    pub deployment_id: String,
+    pub deployment_id: DeploymentId,
     /// Files and batches.
     pub batches: Batches,
 }
@@ -43,6 +44,13 @@ pub async fn open(config: &Config) -> anyhow::Result<Control> {
         .await
         .with_context(|| format!("opening the event store {}", redact(&url)))?;
     store.migrate().await.context("migrating the event store")?;
+    let deployment = config.deployment_id();
+    let deployment_id: DeploymentId = deployment.parse().with_context(|| {
+        format!(
+            "the default deployment {deployment:?} (control.deployment, else the model id) \
+             cannot name a deployment; set control.deployment"
+        )
+    })?;
     let cp = ControlPlane::open(store.clone())
         .await
         .context("loading the read models")?;
@@ -65,7 +73,7 @@ pub async fn open(config: &Config) -> anyhow::Result<Control> {
     Ok(Control {
         cp,
         log,
-        deployment_id: config.deployment_id(),
+        deployment_id,
         batches,
     })
 }

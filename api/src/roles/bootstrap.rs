@@ -9,6 +9,7 @@ use anyhow::Context;
 use stoker_controlplane::domain::{ArtifactCheck, ExecutorCommand};
 use stoker_controlplane::projection::{ExecutorStatus, Views};
 use stoker_controlplane::service::{RevisionSpec, meta};
+use stoker_schemas::ids::{ExecutorId, RevisionId};
 
 use crate::backend::default_revision_id;
 use crate::control::{Control, SYSTEM_ACTOR, default_limits, file_uri, path_of, runtime_version};
@@ -24,7 +25,7 @@ pub async fn bootstrap(state: &AppState, c: &Control) -> anyhow::Result<()> {
     let dep = c.deployment_id.clone();
     let m = meta(SYSTEM_ACTOR, Some("first start of stoker serve".into()));
     let views = c.cp.views().await;
-    if !views.deployments.contains_key(&dep) {
+    if !views.deployments.contains_key(dep.as_str()) {
         let limits = default_limits(&state.config, &primary.limits);
         c.cp.create_deployment(&dep, limits, &m).await?;
     }
@@ -34,11 +35,7 @@ pub async fn bootstrap(state: &AppState, c: &Control) -> anyhow::Result<()> {
         let info = primary.artifact.info();
         let spec = RevisionSpec {
             deployment_id: dep.clone(),
-            revision_id: if state.config.control.revision.is_empty() {
-                default_revision_id(&sha)
-            } else {
-                state.config.control.revision.clone()
-            },
+            revision_id: revision_id(state, &sha)?,
             model_uri: file_uri(&state.config.model),
             model_sha256: sha.clone(),
             tokenizer_hash: info.identity.tokenizer_sha256.clone(),
@@ -111,11 +108,35 @@ fn needed_revisions(v: &Views) -> Vec<(String, String)> {
     out
 }
 
+/// The primary model's revision id: `control.revision`, else the first 12
+/// hex digits of its sha256.
+fn revision_id(state: &AppState, sha: &str) -> anyhow::Result<RevisionId> {
+    let configured = &state.config.control.revision;
+    if configured.is_empty() {
+        Ok(default_revision_id(sha).parse()?)
+    } else {
+        configured
+            .parse()
+            .with_context(|| format!("control.revision {configured:?}"))
+    }
+}
+
+/// This process's executor id, from `executor_id` in its config.
+fn executor_id(state: &AppState) -> anyhow::Result<ExecutorId> {
+    let id = &state.config.executor_id;
+    id.parse().with_context(|| format!("executor_id {id:?}"))
+}
+
 /// Records this process's executor as registered. A previous life that never
 /// recorded `drained` (a crash, a kill) is recorded as lost first.
 pub async fn register_executor(state: &AppState, c: &Control) -> anyhow::Result<()> {
-    let id = state.config.executor_id.clone();
-    let status = c.cp.views().await.executors.get(&id).map(|e| e.status);
+    let id = executor_id(state)?;
+    let status =
+        c.cp.views()
+            .await
+            .executors
+            .get(id.as_str())
+            .map(|e| e.status);
     if matches!(
         status,
         Some(ExecutorStatus::Active | ExecutorStatus::Draining)
@@ -141,8 +162,8 @@ pub async fn register_executor(state: &AppState, c: &Control) -> anyhow::Result<
     c.cp.executor_command(
         &id,
         ExecutorCommand::Register {
-            executor_id: id.clone(),
-            deployment_id: c.deployment_id.clone(),
+            executor_id: id.to_string(),
+            deployment_id: c.deployment_id.to_string(),
             revision_id,
         },
         &meta(SYSTEM_ACTOR, Some("stoker serve started".into())),
@@ -154,8 +175,16 @@ pub async fn register_executor(state: &AppState, c: &Control) -> anyhow::Result<
 /// After a drain finished: records `drained` when an operator asked for it
 /// (the executor is `draining`); a plain SIGTERM drains and records it too.
 pub async fn record_drained(state: &AppState, c: &Control) {
-    let id = state.config.executor_id.clone();
-    let status = c.cp.views().await.executors.get(&id).map(|e| e.status);
+    let Ok(id) = executor_id(state) else {
+        // It could not have registered either.
+        return;
+    };
+    let status =
+        c.cp.views()
+            .await
+            .executors
+            .get(id.as_str())
+            .map(|e| e.status);
     let m = meta(SYSTEM_ACTOR, Some("in-flight requests finished".into()));
     let r = match status {
         Some(ExecutorStatus::Draining) => {

@@ -1,9 +1,12 @@
 //! `DomainError`: every reason an aggregate refuses a command, one variant each.
 //!
 //! The API turns these into HTTP in one place: [`DomainError::kind`] picks the
-//! status class (404, 409 or 400) and [`DomainError::code`] the stable
-//! machine-readable code of the error body. Messages are sentences that name
-//! the ids involved, because they reach operators unchanged.
+//! status class (404, 409 or 400) and [`DomainError::error_code`] the code of
+//! the error body, from the one error catalogue (`ErrorCode`). Messages are
+//! sentences that name the ids involved, because they reach operators
+//! unchanged.
+
+use stoker_schemas::codes::ErrorCode;
 
 /// The HTTP class of a refusal: 404, 409 or 400.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -196,40 +199,15 @@ impl DomainError {
         }
     }
 
-    /// The stable snake_case code of the error body.
-    pub fn code(&self) -> &'static str {
-        use DomainError::*;
-        match self {
-            AlreadyExists { .. } => "already_exists",
-            NotFound { .. } => "not_found",
-            Retired { .. } => "retired",
-            InvalidId { .. } => "invalid_id",
-            InvalidLimits(_) => "invalid_limits",
-            RevisionNotVerified { .. } => "revision_not_verified",
-            RolloutActive { .. } => "rollout_active",
-            NoServingRevision { .. } => "no_serving_revision",
-            SameRevision { .. } => "same_revision",
-            RolloutAlreadyActive { .. } => "rollout_already_active",
-            InvalidSteps(_) => "invalid_steps",
-            InvalidGates(_) => "invalid_gates",
-            InvalidFigures(_) => "invalid_figures",
-            RolloutNotActive { .. } => "rollout_not_active",
-            RolloutPaused { .. } => "rollout_paused",
-            RolloutNotPaused { .. } => "rollout_not_paused",
-            RolloutAtLastStep { .. } => "rollout_at_last_step",
-            RolloutNotAtFullTraffic { .. } => "rollout_not_at_full_traffic",
-            ReasonRequired { .. } => "reason_required",
-            RevisionAbsent { .. } => "revision_absent",
-            ArtifactUnreadable { .. } => "artifact_unreadable",
-            HashMismatch { .. } => "hash_mismatch",
-            InvalidEnvelope(_) => "invalid_envelope",
-            AlreadyRegistered { .. } => "already_registered",
-            AlreadyDraining { .. } => "already_draining",
-            AlreadyDrained { .. } => "already_drained",
-            NotDraining { .. } => "not_draining",
-            ExecutorLost { .. } => "executor_lost",
-            ExecutorNotActive { .. } => "executor_not_active",
-            BatchStatus { .. } => "batch_status_conflict",
+    /// Its code in the one error catalogue: the class's code (`not_found`,
+    /// `conflict`, `invalid_value`), except a revision whose artifact is
+    /// gone (`revision_absent`). The message says which refusal it is.
+    pub fn error_code(&self) -> ErrorCode {
+        match (self, self.kind()) {
+            (DomainError::RevisionAbsent { .. }, _) => ErrorCode::RevisionAbsent,
+            (_, ErrorKind::NotFound) => ErrorCode::NotFound,
+            (_, ErrorKind::Conflict) => ErrorCode::Conflict,
+            (_, ErrorKind::Invalid) => ErrorCode::InvalidValue,
         }
     }
 }

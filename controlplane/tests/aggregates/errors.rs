@@ -1,16 +1,16 @@
-//! The refusal catalogue: each error's HTTP class and stable code, which the
-//! API maps in one place.
-
-use std::collections::BTreeSet;
+//! The refusals: each error's HTTP class and its code in the one error
+//! catalogue (`stoker_schemas::codes::ErrorCode`), which the API maps in one
+//! place.
 
 use stoker_controlplane::domain::{DomainError, ErrorKind};
+use stoker_schemas::codes::ErrorCode;
 
 fn s(x: &str) -> String {
     x.to_owned()
 }
 
 /// One instance of every variant with the class it must map to.
-fn catalogue() -> Vec<(DomainError, ErrorKind, &'static str)> {
+fn catalogue() -> Vec<(DomainError, ErrorKind)> {
     use DomainError::*;
     use ErrorKind::{Conflict as C, Invalid as I, NotFound as N};
     let dr = || (s("chat"), s("ro1"));
@@ -21,7 +21,6 @@ fn catalogue() -> Vec<(DomainError, ErrorKind, &'static str)> {
                 id: s("chat"),
             },
             C,
-            "already_exists",
         ),
         (
             NotFound {
@@ -29,14 +28,12 @@ fn catalogue() -> Vec<(DomainError, ErrorKind, &'static str)> {
                 id: s("chat"),
             },
             N,
-            "not_found",
         ),
         (
             Retired {
                 deployment_id: s("chat"),
             },
             C,
-            "retired",
         ),
         (
             InvalidId {
@@ -45,16 +42,14 @@ fn catalogue() -> Vec<(DomainError, ErrorKind, &'static str)> {
                 detail: s("'/'"),
             },
             I,
-            "invalid_id",
         ),
-        (InvalidLimits(s("x")), I, "invalid_limits"),
+        (InvalidLimits(s("x")), I),
         (
             RevisionNotVerified {
                 deployment_id: s("chat"),
                 revision_id: s("b"),
             },
             I,
-            "revision_not_verified",
         ),
         (
             RolloutActive {
@@ -62,14 +57,12 @@ fn catalogue() -> Vec<(DomainError, ErrorKind, &'static str)> {
                 rollout_id: dr().1,
             },
             C,
-            "rollout_active",
         ),
         (
             NoServingRevision {
                 deployment_id: s("chat"),
             },
             I,
-            "no_serving_revision",
         ),
         (
             SameRevision {
@@ -77,7 +70,6 @@ fn catalogue() -> Vec<(DomainError, ErrorKind, &'static str)> {
                 revision_id: s("a"),
             },
             I,
-            "same_revision",
         ),
         (
             RolloutAlreadyActive {
@@ -85,18 +77,16 @@ fn catalogue() -> Vec<(DomainError, ErrorKind, &'static str)> {
                 rollout_id: dr().1,
             },
             C,
-            "rollout_already_active",
         ),
-        (InvalidSteps(s("x")), I, "invalid_steps"),
-        (InvalidGates(s("x")), I, "invalid_gates"),
-        (InvalidFigures(s("x")), I, "invalid_figures"),
+        (InvalidSteps(s("x")), I),
+        (InvalidGates(s("x")), I),
+        (InvalidFigures(s("x")), I),
         (
             RolloutNotActive {
                 deployment_id: dr().0,
                 rollout_id: dr().1,
             },
             C,
-            "rollout_not_active",
         ),
         (
             RolloutPaused {
@@ -104,7 +94,6 @@ fn catalogue() -> Vec<(DomainError, ErrorKind, &'static str)> {
                 rollout_id: dr().1,
             },
             C,
-            "rollout_paused",
         ),
         (
             RolloutNotPaused {
@@ -112,7 +101,6 @@ fn catalogue() -> Vec<(DomainError, ErrorKind, &'static str)> {
                 rollout_id: dr().1,
             },
             C,
-            "rollout_not_paused",
         ),
         (
             RolloutAtLastStep {
@@ -121,7 +109,6 @@ fn catalogue() -> Vec<(DomainError, ErrorKind, &'static str)> {
                 percent: 100,
             },
             C,
-            "rollout_at_last_step",
         ),
         (
             RolloutNotAtFullTraffic {
@@ -130,14 +117,12 @@ fn catalogue() -> Vec<(DomainError, ErrorKind, &'static str)> {
                 percent: 50,
             },
             C,
-            "rollout_not_at_full_traffic",
         ),
         (
             ReasonRequired {
                 action: s("rolling back rollout \"ro1\""),
             },
             I,
-            "reason_required",
         ),
         (
             RevisionAbsent {
@@ -146,7 +131,6 @@ fn catalogue() -> Vec<(DomainError, ErrorKind, &'static str)> {
                 model_uri: s("file:///m"),
             },
             N,
-            "revision_absent",
         ),
         (
             ArtifactUnreadable {
@@ -155,7 +139,6 @@ fn catalogue() -> Vec<(DomainError, ErrorKind, &'static str)> {
                 detail: s("EIO"),
             },
             I,
-            "artifact_unreadable",
         ),
         (
             HashMismatch {
@@ -164,43 +147,37 @@ fn catalogue() -> Vec<(DomainError, ErrorKind, &'static str)> {
                 actual: s("bb"),
             },
             I,
-            "hash_mismatch",
         ),
-        (InvalidEnvelope(s("x")), I, "invalid_envelope"),
+        (InvalidEnvelope(s("x")), I),
         (
             AlreadyRegistered {
                 executor_id: s("ex-1"),
             },
             C,
-            "already_registered",
         ),
         (
             AlreadyDraining {
                 executor_id: s("ex-1"),
             },
             C,
-            "already_draining",
         ),
         (
             AlreadyDrained {
                 executor_id: s("ex-1"),
             },
             C,
-            "already_drained",
         ),
         (
             NotDraining {
                 executor_id: s("ex-1"),
             },
             C,
-            "not_draining",
         ),
         (
             ExecutorLost {
                 executor_id: s("ex-1"),
             },
             C,
-            "executor_lost",
         ),
         (
             ExecutorNotActive {
@@ -208,7 +185,6 @@ fn catalogue() -> Vec<(DomainError, ErrorKind, &'static str)> {
                 status: "drained",
             },
             C,
-            "executor_not_active",
         ),
         (
             BatchStatus {
@@ -217,35 +193,28 @@ fn catalogue() -> Vec<(DomainError, ErrorKind, &'static str)> {
                 action: "cancelled",
             },
             C,
-            "batch_status_conflict",
         ),
     ]
 }
 
 #[test]
-fn every_refusal_has_its_http_class_and_code() {
-    for (e, kind, code) in catalogue() {
+fn every_refusal_has_its_http_class_and_a_catalogue_code_of_that_class() {
+    for (e, kind) in catalogue() {
         assert_eq!(e.kind(), kind, "{e:?}");
-        assert_eq!(e.code(), code, "{e:?}");
-    }
-}
-
-#[test]
-fn codes_are_distinct_snake_case() {
-    let codes: Vec<&str> = catalogue().iter().map(|(e, _, _)| e.code()).collect();
-    let distinct: BTreeSet<&str> = codes.iter().copied().collect();
-    assert_eq!(distinct.len(), codes.len(), "a code is used twice");
-    for c in codes {
-        assert!(
-            c.chars().all(|ch| ch.is_ascii_lowercase() || ch == '_'),
-            "{c}"
-        );
+        let want = match (&e, kind) {
+            (DomainError::RevisionAbsent { .. }, _) => ErrorCode::RevisionAbsent,
+            (_, ErrorKind::NotFound) => ErrorCode::NotFound,
+            (_, ErrorKind::Conflict) => ErrorCode::Conflict,
+            (_, ErrorKind::Invalid) => ErrorCode::InvalidValue,
+        };
+        assert_eq!(e.error_code(), want, "{e:?}");
+        assert!(ErrorCode::ALL.contains(&e.error_code()));
     }
 }
 
 #[test]
 fn messages_are_sentences_naming_the_ids() {
-    for (e, _, _) in catalogue() {
+    for (e, _) in catalogue() {
         let m = e.to_string();
         assert!(!m.is_empty() && !m.ends_with('.'), "{m}");
         let ids = ["chat", "ro1", "ex-1", "\"b\"", "a/b", "\"a\""];

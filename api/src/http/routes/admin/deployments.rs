@@ -12,9 +12,9 @@ use stoker_controlplane::projection::{
 use stoker_controlplane::service::RevisionSpec;
 use stoker_controlplane::store::{AuditQuery, Position};
 use stoker_schemas::events::DeploymentLimits;
-use stoker_schemas::ids::DeploymentId;
+use stoker_schemas::ids::{DeploymentId, RevisionId};
 
-use super::{Admin, ReasonBody, check_id, check_reason, written};
+use super::{Admin, ReasonBody, body_id, check_reason, written};
 use crate::backend::default_revision_id;
 use crate::control::{self, check_artifact, default_limits, path_of, runtime_version};
 use crate::error::ApiError;
@@ -86,7 +86,7 @@ pub async fn create(
     admin: Admin,
     ApiJson(body): ApiJson<CreateDeployment>,
 ) -> Result<Response, ApiError> {
-    check_id("id", &body.id)?;
+    let id: DeploymentId = body_id("id", &body.id)?;
     check_reason(&body.reason)?;
     let limits = match body.limits {
         Some(l) => l,
@@ -97,10 +97,10 @@ pub async fn create(
     };
     let events = admin
         .cp()
-        .create_deployment(&body.id, limits, &admin.meta(body.reason))
+        .create_deployment(&id, limits, &admin.meta(body.reason))
         .await?;
     let v = admin.cp().views().await;
-    let mut resp = written(events, detail(&v, &body.id)?).into_response();
+    let mut resp = written(events, detail(&v, &id)?).into_response();
     *resp.status_mut() = axum::http::StatusCode::CREATED;
     Ok(resp)
 }
@@ -118,6 +118,7 @@ pub async fn change_limits(
     ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<ChangeLimits>,
 ) -> Result<Response, ApiError> {
+    let id = deployment_id(&id)?;
     check_reason(&body.reason)?;
     let events = admin
         .cp()
@@ -132,6 +133,7 @@ pub async fn retire(
     ApiPath(id): ApiPath<String>,
     OptJson(body): OptJson<ReasonBody>,
 ) -> Result<Response, ApiError> {
+    let id = deployment_id(&id)?;
     check_reason(&body.reason)?;
     let events = admin
         .cp()
@@ -154,10 +156,12 @@ pub async fn set_serving(
     ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<SetServing>,
 ) -> Result<Response, ApiError> {
+    let id = deployment_id(&id)?;
+    let revision: RevisionId = body_id("revision_id", &body.revision_id)?;
     check_reason(&body.reason)?;
     let events = admin
         .cp()
-        .set_serving_revision(&id, &body.revision_id, &admin.meta(body.reason))
+        .set_serving_revision(&id, &revision, &admin.meta(body.reason))
         .await?;
     let v = admin.cp().views().await;
     Ok(written(events, detail(&v, &id)?).into_response())
@@ -268,14 +272,14 @@ pub async fn register_revision(
             "model_sha256",
         ));
     }
-    let revision_id = body
-        .revision_id
-        .clone()
-        .unwrap_or_else(|| default_revision_id(&sha));
+    let revision_id: RevisionId = match &body.revision_id {
+        Some(r) => body_id("revision_id", r)?,
+        None => body_id("revision_id", &default_revision_id(&sha))?,
+    };
     let path = path_of(&body.model_uri);
     let check = check_artifact(&path).await;
     let mut spec = RevisionSpec {
-        deployment_id: id.to_string(),
+        deployment_id: id.clone(),
         revision_id: revision_id.clone(),
         model_uri: control::file_uri(&path),
         model_sha256: sha.clone(),

@@ -7,6 +7,8 @@ mod deployments;
 mod ops;
 mod rollouts;
 
+use std::str::FromStr;
+
 use axum::Router;
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
@@ -16,6 +18,7 @@ use serde_json::Value;
 use stoker_controlplane::domain::Meta;
 use stoker_controlplane::service::{ControlPlane, meta};
 use stoker_controlplane::store::Recorded;
+use stoker_schemas::ids::IdError;
 
 use crate::auth::{Principal, Scope};
 use crate::control::Control;
@@ -186,8 +189,20 @@ pub fn check_reason(r: &Option<String>) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Ids in paths and bodies: 1 to 64 of `[A-Za-z0-9._-]`.
-pub fn check_id(what: &str, id: &str) -> Result<(), ApiError> {
+/// An id sent in a request body, parsed into its type (`DeploymentId`, ...)
+/// before anything else reads it: a malformed one is a 400 naming the field.
+pub fn body_id<T: FromStr<Err = IdError>>(what: &str, id: &str) -> Result<T, ApiError> {
+    id.parse().map_err(|e: IdError| {
+        ApiError::invalid(
+            format!("`{what}`: {e}; got {:?}", crate::error::truncate(id, 64)),
+            what,
+        )
+    })
+}
+
+/// A name that is not an id type but becomes part of one (a capacity
+/// profile's workload, in its stream id): 1 to 64 of `[A-Za-z0-9._-]`.
+pub fn check_name(what: &str, id: &str) -> Result<(), ApiError> {
     let ok = !id.is_empty()
         && id.len() <= 64
         && id

@@ -7,11 +7,12 @@ use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use stoker_controlplane::domain::ExecutorCommand;
+use stoker_controlplane::service::CpError;
 use stoker_controlplane::store::{Actor, AuditQuery, Page, Position};
 use stoker_schemas::events::CapacityEnvelope;
-use stoker_schemas::ids::RequestId;
+use stoker_schemas::ids::{DeploymentId, ExecutorId, RequestId, RevisionId};
 
-use super::{Admin, EventOut, ReasonBody, check_id, check_reason, written};
+use super::{Admin, EventOut, ReasonBody, body_id, check_name, check_reason, written};
 use crate::error::ApiError;
 use crate::http::extract::{ApiJson, ApiPath, ApiQuery, OptJson};
 use crate::state::AppState;
@@ -53,19 +54,21 @@ pub async fn record_profile(
     admin: Admin,
     ApiJson(b): ApiJson<RecordProfile>,
 ) -> Result<Response, ApiError> {
+    let deployment: DeploymentId = body_id("deployment_id", &b.deployment_id)?;
+    let revision: RevisionId = body_id("revision_id", &b.revision_id)?;
+    check_name("workload", &b.workload)?;
     check_reason(&b.reason)?;
-    check_id("workload", &b.workload)?;
     let events = admin
         .cp()
         .record_capacity_profile(
-            &b.deployment_id,
-            &b.revision_id,
+            &deployment,
+            &revision,
             &b.workload,
             b.envelope,
             &admin.meta(b.reason),
         )
         .await?;
-    let key = format!("{}/{}/{}", b.deployment_id, b.revision_id, b.workload);
+    let key = format!("{deployment}/{revision}/{}", b.workload);
     let view = admin
         .cp()
         .views()
@@ -150,6 +153,11 @@ pub async fn drain(
     ApiPath(id): ApiPath<String>,
     OptJson(body): OptJson<ReasonBody>,
 ) -> Result<Response, ApiError> {
+    // A malformed executor id names no executor: 404, as an unknown one.
+    let id: ExecutorId = id.parse().map_err(|_| CpError::NotFound {
+        what: "executor",
+        id: crate::error::truncate(&id, 64),
+    })?;
     check_reason(&body.reason)?;
     let events = admin
         .cp()
@@ -158,7 +166,7 @@ pub async fn drain(
     if id == state.config.executor_id {
         state.request_drain();
     }
-    let view = admin.cp().views().await.executors.get(&id).cloned();
+    let view = admin.cp().views().await.executors.get(id.as_str()).cloned();
     let mut resp = written(events, view).into_response();
     *resp.status_mut() = axum::http::StatusCode::ACCEPTED;
     Ok(resp)

@@ -6,9 +6,9 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use stoker_controlplane::service::{CpError, RolloutAction};
 use stoker_schemas::events::SloGates;
-use stoker_schemas::ids::RolloutId;
+use stoker_schemas::ids::{DeploymentId, RevisionId, RolloutId};
 
-use super::{Admin, ReasonBody, check_reason, written};
+use super::{Admin, ReasonBody, body_id, check_reason, written};
 use crate::error::ApiError;
 use crate::http::extract::{ApiJson, ApiPath, ApiQuery, OptJson};
 
@@ -44,13 +44,19 @@ pub async fn start(
     ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<StartRollout>,
 ) -> Result<Response, ApiError> {
+    // A malformed deployment id names no deployment: 404, as an unknown one.
+    let id: DeploymentId = id.parse().map_err(|_| CpError::NotFound {
+        what: "deployment",
+        id: crate::error::truncate(&id, 64),
+    })?;
+    let to_revision: RevisionId = body_id("to_revision", &body.to_revision)?;
     check_reason(&body.reason)?;
     let gates = body.gates.unwrap_or_else(no_gates);
     let (rollout_id, events) = admin
         .cp()
         .start_rollout(
             &id,
-            &body.to_revision,
+            &to_revision,
             body.steps,
             gates,
             &admin.meta(body.reason),
