@@ -81,9 +81,12 @@ pub fn spawn_consumer<M, F>(
 
 /// Renews `lease` every third of its TTL; when another process took it
 /// over, calls `on_lost` (the process stops taking work: it drains) and stops.
-pub fn spawn_renewal(lease: Lease, on_lost: impl FnOnce() + Send + 'static) {
+/// The returned hold gives the slot up at a clean stop.
+pub fn spawn_renewal(lease: Lease, on_lost: impl FnOnce() + Send + 'static) -> LeaseHold {
     let every = (lease.ttl / 3).max(Duration::from_millis(100));
-    tokio::spawn(async move {
+    let renewed = lease.clone();
+    let renewal = tokio::spawn(async move {
+        let lease = renewed;
         let mut t = tokio::time::interval(every);
         loop {
             t.tick().await;
@@ -96,4 +99,30 @@ pub fn spawn_renewal(lease: Lease, on_lost: impl FnOnce() + Send + 'static) {
             }
         }
     });
+    LeaseHold { lease, renewal }
+}
+
+/// A slot lease this process renews. Released at a clean stop, the slot is
+/// free for the next process at once rather than after the lease's TTL
+/// (a killed process's slot still waits out the TTL).
+#[derive(Debug)]
+pub struct LeaseHold {
+    lease: Lease,
+    renewal: tokio::task::JoinHandle<()>,
+}
+
+impl LeaseHold {
+    /// Stops renewing and deletes the lease (only if this process still
+    /// holds it). The caller must write nothing more to the slot's
+    /// partitions: their next holder is their only writer.
+    pub async fn release(self) {
+        self.renewal.abort();
+        let (kind, slot) = (self.lease.kind.as_str(), self.lease.slot);
+        match self.lease.release().await {
+            Ok(()) => tracing::info!(kind, slot, "slot lease released"),
+            Err(e) => {
+                tracing::warn!(error = %e, kind, slot, "could not release the slot lease; it expires after its TTL")
+            }
+        }
+    }
 }

@@ -5,6 +5,8 @@
 //! pose as an engine error. Dropping a [`Generation`] before it ended cancels
 //! it, in either case.
 
+use std::sync::{Arc, Mutex};
+
 use stoker_executor::engine::EngineEvent;
 use stoker_executor::{EngineError, RequestHandle};
 use stoker_schemas::codes::ErrorCode;
@@ -49,6 +51,11 @@ impl BackendError {
 /// `EngineEvent::Error`), or why it failed, which is the last report.
 pub type Report = Result<EngineEvent, BackendError>;
 
+/// The executor a remote generation runs on. The transport changes it when
+/// it re-routes a job that was refused before it started, so it names the
+/// process that generated the tokens once the generation has started.
+pub type Runner = Arc<Mutex<String>>;
+
 /// One running generation.
 pub struct Generation(Source);
 
@@ -78,13 +85,24 @@ impl Generation {
     /// drops the generation before it ended.
     pub fn remote(
         reports: mpsc::UnboundedReceiver<Report>,
+        runner: Runner,
         cancel: impl Fn() + Send + Sync + 'static,
     ) -> Self {
         Generation(Source::Remote(RemoteStream {
             reports,
+            runner,
             cancel: Box::new(cancel),
             done: false,
         }))
+    }
+
+    /// The executor process that runs it, when that is not this process
+    /// (whose own id the provenance already names).
+    pub fn executor(&self) -> Option<String> {
+        match &self.0 {
+            Source::Local(_) => None,
+            Source::Remote(r) => Some(r.runner.lock().unwrap_or_else(|p| p.into_inner()).clone()),
+        }
     }
 
     /// The next report, or `None` once the generation has ended.
@@ -109,6 +127,7 @@ impl Generation {
 
 struct RemoteStream {
     reports: mpsc::UnboundedReceiver<Report>,
+    runner: Runner,
     cancel: Box<dyn Fn() + Send + Sync>,
     done: bool,
 }
@@ -143,7 +162,6 @@ impl Drop for RemoteStream {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
@@ -160,7 +178,12 @@ mod tests {
     async fn a_remote_failure_is_the_last_report_and_nothing_is_cancelled() {
         let (tx, rx) = mpsc::unbounded_channel();
         let (cancels, cancel) = counted();
-        let mut g = Generation::remote(rx, cancel);
+        let runner = Runner::new(Mutex::new("ex-a".into()));
+        let mut g = Generation::remote(rx, runner.clone(), cancel);
+        assert_eq!(g.executor().as_deref(), Some("ex-a"));
+        // The transport re-routed it before it started.
+        *runner.lock().unwrap() = "ex-b".into();
+        assert_eq!(g.executor().as_deref(), Some("ex-b"));
         tx.send(Ok(EngineEvent::Delta {
             text: "a".into(),
             token_ids: vec![1],
@@ -190,7 +213,7 @@ mod tests {
     async fn dropping_an_unfinished_remote_generation_cancels_it_once() {
         let (_tx, rx) = mpsc::unbounded_channel::<Report>();
         let (cancels, cancel) = counted();
-        drop(Generation::remote(rx, cancel));
+        drop(Generation::remote(rx, Runner::default(), cancel));
         assert_eq!(cancels.load(Ordering::SeqCst), 1);
     }
 }

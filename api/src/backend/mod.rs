@@ -12,7 +12,7 @@ pub mod remote;
 mod served;
 pub mod wire;
 
-pub use generation::{BackendError, Generation, Report};
+pub use generation::{BackendError, Generation, Report, Runner};
 pub use served::{Provenance, Served, default_revision_id};
 
 use stoker_executor::chat_template::ChatTemplate;

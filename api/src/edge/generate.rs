@@ -124,6 +124,14 @@ async fn submit(
     })
 }
 
+impl Running {
+    /// The executor process generating it, when another process does (the
+    /// distributed mode): known once it started, after any re-routing.
+    pub fn executor(&self) -> Option<String> {
+        self.handle.executor()
+    }
+}
+
 /// Resolves once the hard-stop flag is (or becomes) true.
 pub(crate) async fn stopped(rx: &mut watch::Receiver<bool>) {
     if rx.wait_for(|v| *v).await.is_err() {

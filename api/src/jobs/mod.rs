@@ -5,10 +5,12 @@
 //!
 //! Every job is checked again on arrival: the API routed it from a capacity
 //! view up to one report old, so a full queue or a draining executor answers
-//! a typed refusal the API passes on, never a silent drop.
+//! a typed refusal the API passes on, never a silent drop. A job older than
+//! the API's reply timeout is refused (nobody waits for it), and one
+//! delivered twice runs once (`seen.rs`).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,9 +26,13 @@ use tokio::sync::oneshot;
 use crate::admission::Demand;
 use crate::backend::wire;
 use crate::error::ApiError;
-use crate::kafka::unix_ms;
+use crate::kafka::{LeaseHold, unix_ms};
 use crate::metrics::lane_name;
 use crate::state::{AppState, Phase};
+
+mod seen;
+
+use seen::Seen;
 
 /// A running executor's transport loops.
 pub struct JobServer {
@@ -39,6 +45,13 @@ pub struct JobServer {
     report_seq: AtomicU64,
     /// When this executor started draining (unix ms; 0 while not).
     drain_started_ms: AtomicU64,
+    /// The slot's lease, until it is released at a clean stop.
+    lease: Mutex<Option<LeaseHold>>,
+    /// Set once the slot was given up: this process writes nothing more to
+    /// the slot's partitions (their next holder is their only writer).
+    released: AtomicBool,
+    /// Jobs taken recently: one delivered again is not run twice.
+    seen: Mutex<Seen>,
 }
 
 impl JobServer {
@@ -61,6 +74,9 @@ impl JobServer {
             running: Mutex::new(HashMap::new()),
             report_seq: AtomicU64::new(0),
             drain_started_ms: AtomicU64::new(0),
+            lease: Mutex::new(None),
+            released: AtomicBool::new(false),
+            seen: Mutex::new(Seen::new(seen::REMEMBERED)),
         });
         let rt = tokio::runtime::Handle::current();
         {
@@ -92,8 +108,20 @@ impl JobServer {
         }
         // Lost to another executor: this one reads nothing now, so it drains.
         let st = me.state.clone();
-        crate::kafka::spawn_renewal(lease, move || st.request_drain());
+        let hold = crate::kafka::spawn_renewal(lease, move || st.request_drain());
+        *me.lease.lock().unwrap() = Some(hold);
         Ok(me)
+    }
+
+    /// Gives the slot up at the end of a clean stop, so a replacement
+    /// executor takes it at once. Jobs that still arrive are left unanswered
+    /// (the replacement reads them too) and capacity is no longer reported.
+    pub async fn release_slot(&self) {
+        self.released.store(true, Ordering::Relaxed);
+        let hold = self.lease.lock().unwrap().take();
+        if let Some(hold) = hold {
+            hold.release().await;
+        }
     }
 
     /// The executor slot this process leases.
@@ -134,7 +162,7 @@ impl JobServer {
             deployment_id: self
                 .state
                 .control()
-                .map(|c| c.deployment_id.clone())
+                .map(|c| c.deployment_id.to_string())
                 .unwrap_or_default(),
             revision_id: served.provenance.revision.clone(),
             model_sha256: served.provenance.sha256.clone(),
@@ -167,6 +195,9 @@ impl JobServer {
                 Ordering::Relaxed,
             );
         }
+        if self.released.load(Ordering::Relaxed) {
+            return;
+        }
         let Some(r) = self.report() else { return };
         let topics = self.kafka.topics();
         let partition = topics.capacity_partition(self.slot);
@@ -185,6 +216,10 @@ impl JobServer {
     }
 
     async fn reply(&self, job: &JobMessage, seq: &mut u64, event: ReplyEvent) -> bool {
+        if self.released.load(Ordering::Relaxed) {
+            // Only a job the drain's hard stop could not end gets here.
+            return false;
+        }
         let msg = ReplyMessage {
             v: TRANSPORT_VERSION,
             request_id: job.request_id.clone(),
@@ -218,6 +253,19 @@ impl JobServer {
         job: &JobMessage,
     ) -> Result<(ValidRequest, crate::admission::Ticket), ApiError> {
         let retry = self.state.admission.retry_hint();
+        // Older than the API's patience (it ends a request that hears
+        // nothing for `reply_timeout_ms`): nobody waits for the answer.
+        let patience = self.state.config.kafka.reply_timeout_ms.max(1000);
+        let age = unix_ms().saturating_sub(job.sent_unix_ms);
+        if age > patience {
+            return Err(ApiError::NotReady {
+                message: format!(
+                    "the job took {age} ms to reach executor `{}`, longer than the API waits for a reply ({patience} ms)",
+                    self.executor_id
+                ),
+                retry_after: retry,
+            });
+        }
         if job.executor_id != self.executor_id {
             return Err(ApiError::NotReady {
                 message: format!(
@@ -263,6 +311,14 @@ impl JobServer {
     }
 
     async fn run_job(self: Arc<Self>, job: JobMessage) {
+        if self.released.load(Ordering::Relaxed) {
+            return;
+        }
+        if !self.seen.lock().unwrap().first_time(&job.request_id) {
+            // Its first delivery runs (or ran) it and answers for it.
+            tracing::warn!(request_id = %job.request_id, "dropping a job delivered again");
+            return;
+        }
         let topics = self.kafka.topics();
         let ok = (0..topics.api_slots)
             .any(|a| topics.reply_partition(a, self.slot) == job.reply_partition);

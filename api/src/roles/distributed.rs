@@ -1,19 +1,21 @@
 //! What the distributed roles add to the server in `roles/mod.rs`: the API
-//! loads only the tokenizer and chat template and generates through the
-//! executors (the remote backend); the executor adds the job front (`jobs/`)
-//! to the single-process server, and watches for a drain recorded for it.
+//! reads only the model's header (tokenizer, chat template, identity; no
+//! weights) and generates through the executors (the remote backend); the
+//! executor adds the job front (`jobs/`) to the single-process server, and
+//! watches for a drain recorded for it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use stoker_controlplane::transport::{Kafka, Lease, LeaseKind};
+use stoker_executor::BLOCK_SIZE;
 use stoker_executor::engine::ModelInfo;
-use stoker_executor::{BLOCK_SIZE, LoadOptions, Model};
+use stoker_executor::model::ModelMeta;
 
 use crate::backend::remote::{ArtifactMeta, RemoteBackend};
 use crate::jobs::JobServer;
-use crate::kafka::{kafka_settings, spawn_renewal};
+use crate::kafka::{LeaseHold, kafka_settings, spawn_renewal};
 use crate::state::AppState;
 
 fn lease_ttl(state: &AppState) -> Duration {
@@ -52,33 +54,34 @@ async fn acquire(state: &AppState, kind: LeaseKind, count: i32) -> anyhow::Resul
 
 /// `stoker api`: the artifact's tokenizer and chat template, and a remote
 /// backend reading this instance's leased reply partition. Returns once some
-/// executor serving the model reports ready.
-pub async fn load_api(state: &AppState) -> anyhow::Result<()> {
+/// executor serving the model reports ready, with the API slot's lease.
+pub async fn load_api(state: &AppState) -> anyhow::Result<LeaseHold> {
     let kafka = connect(state).await?;
     let lease = acquire(state, LeaseKind::Replies, kafka.topics().api_slots).await?;
     tracing::info!(partition = lease.slot, "reading replies");
     let st = state.clone();
-    spawn_renewal(lease.clone(), move || st.request_drain());
+    let hold = spawn_renewal(lease.clone(), move || st.request_drain());
     let path = state.config.model.clone();
     let timeout = Duration::from_millis(state.config.kafka.executor_timeout_ms.max(100));
     let instance = state.config.executor_id.clone();
     let reply_timeout = Duration::from_millis(state.config.kafka.reply_timeout_ms.max(1000));
     let rt = tokio::runtime::Handle::current();
     let backend = tokio::task::spawn_blocking(move || -> anyhow::Result<RemoteBackend> {
-        let model = Model::load(&path, LoadOptions::default())
-            .with_context(|| format!("reading model {}", path.display()))?;
+        // The header only: an API host never runs the model, so it neither
+        // holds the weights nor waits for them to load.
+        let model =
+            ModelMeta::read(&path).with_context(|| format!("reading model {}", path.display()))?;
         let meta = ArtifactMeta {
             info: ModelInfo {
-                identity: model.identity.clone(),
+                identity: model.identity,
                 context_window: model.config.context_length,
                 vocab_size: model.config.vocab_size,
                 // Executors refuse what their own caches cannot hold.
                 num_kv_blocks: model.config.context_length / BLOCK_SIZE + 1,
             },
-            tokenizer: model.tokenizer.clone(),
-            chat_template: model.chat_template.clone(),
+            tokenizer: model.tokenizer,
+            chat_template: model.chat_template,
         };
-        drop(model);
         Ok(RemoteBackend::start(
             meta,
             kafka,
@@ -99,7 +102,7 @@ pub async fn load_api(state: &AppState) -> anyhow::Result<()> {
     })
     .await
     .context("waiting for executors")??;
-    Ok(())
+    Ok(hold)
 }
 
 /// `stoker executor`: leases an interactive partition and starts taking jobs.

@@ -16,7 +16,7 @@ pub mod bootstrap;
 pub mod distributed;
 
 use std::net::SocketAddr;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -30,6 +30,7 @@ use crate::control;
 use crate::http::batch_rows::EngineRows;
 use crate::http::routes;
 use crate::jobs::JobServer;
+use crate::kafka::LeaseHold;
 use crate::state::{AppState, Phase, Role};
 
 /// A running server.
@@ -124,9 +125,12 @@ async fn run(
     let role = state.role;
     // The executor's job front, once started: the drain below holds it.
     let job_front: Arc<OnceLock<Arc<JobServer>>> = Arc::default();
+    // An API instance's slot lease, released once it drained.
+    let api_slot: Arc<Mutex<Option<LeaseHold>>> = Arc::default();
     let loader = {
         let state = state.clone();
         let job_front = job_front.clone();
+        let api_slot = api_slot.clone();
         async move {
             if role.has_engine() {
                 let st = state.clone();
@@ -134,7 +138,8 @@ async fn run(
                     .await
                     .context("model loader panicked")??;
             } else {
-                distributed::load_api(&state).await?;
+                let hold = distributed::load_api(&state).await?;
+                *api_slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(hold);
             }
             // The control plane learns what this process serves before it is ready.
             if let Some(c) = state.control() {
@@ -170,6 +175,15 @@ async fn run(
             if drain.wait_for(|v| *v).await.is_ok() {
                 tracing::info!(timeout_s = shutdown_timeout.as_secs(), "draining");
                 drain_in_flight(&state, job_front.get(), shutdown_timeout).await;
+                // Nothing is in flight now: the slot can go to the next
+                // process at once instead of after its lease's TTL.
+                if let Some(js) = job_front.get() {
+                    js.release_slot().await;
+                }
+                let hold = api_slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+                if let Some(hold) = hold {
+                    hold.release().await;
+                }
                 close_tx.send_replace(true);
             }
         });

@@ -2,7 +2,8 @@
 //!
 //! [`Model::load`] turns a GGUF path into everything the engine needs,
 //! including the tokenizer and chat template built from the file's metadata,
-//! with typed [`ModelError`]s for every way an artifact can be wrong.
+//! with typed [`ModelError`]s for every way an artifact can be wrong;
+//! [`ModelMeta::read`] stops before the weights.
 
 pub mod attention;
 pub mod config;
@@ -10,6 +11,7 @@ pub mod file_type;
 pub mod forward;
 pub mod kv_storage;
 pub mod loader;
+pub mod meta;
 pub mod rope;
 pub mod row_order;
 pub mod weights;
@@ -23,6 +25,7 @@ use crate::tokenizer::ModelTokenizer;
 pub use config::{Arch, ModelConfig, SUPPORTED_ARCHITECTURES};
 pub use forward::{ForwardChunk, Workspace};
 pub use kv_storage::KvStorage;
+pub use meta::{ModelIdentity, ModelMeta};
 pub use weights::WeightMode;
 
 /// Where the model runs. CUDA is a cargo feature we have not built yet; the
@@ -38,17 +41,6 @@ pub enum Device {
 pub struct LoadOptions {
     pub weights: WeightMode,
     pub device: Device,
-}
-
-/// The identity of a loaded artifact: what a revision record stores.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ModelIdentity {
-    pub sha256: String,
-    pub file_size: u64,
-    pub tokenizer_sha256: String,
-    pub chat_template_sha256: String,
-    pub name: String,
-    pub precision: String,
 }
 
 /// Hands the heap pages freed during loading (the tokenizer's build, the GGUF
@@ -93,14 +85,18 @@ impl Model {
             return Err(ModelError::DeviceUnavailable(format!("cuda:{i}")));
         }
         let art = loader::GgufArtifact::open(path)?;
-        let mut config = ModelConfig::from_metadata(art.metadata())?;
-        let tokenizer = ModelTokenizer::from_gguf_metadata(art.metadata())
-            .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
-        let chat_template = ChatTemplate::from_gguf_metadata(art.metadata(), &tokenizer)
-            .map_err(|e| ModelError::Template(e.to_string()))?;
-        let weights = weights::ModelWeights::load(&art, &config, opts.weights)?;
+        let mut h = meta::Header::read(&art, path)?;
+        let weights = weights::ModelWeights::load(&art, &h.config, opts.weights)?;
         art.release_pages();
-        config.vocab_size = weights.embed.rows();
+        h.config.vocab_size = weights.embed.rows();
+        let precision = h.precision(opts.weights, || weights.layers[0].qkv.dtype());
+        let identity = h.identity(&art, precision);
+        let meta::Header {
+            config,
+            tokenizer,
+            chat_template,
+            ..
+        } = h;
         let rope = rope::Rope::with(
             config.rope_dim,
             config.rope_base,
@@ -119,35 +115,6 @@ impl Model {
                 None,
             )
         });
-        let name = art
-            .metadata()
-            .get("general.name")
-            .and_then(|v| v.to_string().ok())
-            .cloned()
-            .unwrap_or_else(|| {
-                path.file_stem()
-                    .map(|s| s.to_string_lossy().into_owned())
-                    .unwrap_or_default()
-            });
-        // llama.cpp's name of the file's type (`q4_k_m`), else the qkv weights' type.
-        let file_type = art
-            .metadata()
-            .get("general.file_type")
-            .and_then(|v| v.to_u32().ok())
-            .and_then(file_type::file_type_name);
-        let precision = match (opts.weights, file_type) {
-            (WeightMode::DequantizedF32, _) => "f32".to_string(),
-            (WeightMode::Native, Some(name)) => name.to_lowercase(),
-            (WeightMode::Native, None) => weights.layers[0].qkv.dtype().name().to_lowercase(),
-        };
-        let identity = ModelIdentity {
-            sha256: art.sha256.clone(),
-            file_size: art.file_size,
-            tokenizer_sha256: tokenizer.sha256_hex(),
-            chat_template_sha256: chat_template.sha256_hex(),
-            name,
-            precision,
-        };
         drop(art);
         release_freed_heap();
         Ok(Model {

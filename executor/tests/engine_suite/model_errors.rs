@@ -3,6 +3,7 @@
 use std::io::Write;
 
 use crate::common::model_path;
+use stoker_executor::model::ModelMeta;
 use stoker_executor::{LoadOptions, Model, ModelError};
 use stoker_test_support::{TempDir, temp_dir};
 
@@ -77,4 +78,59 @@ fn the_revision_id_is_the_sha256_of_the_file() {
     assert_eq!(m.config.n_layers, 30);
     assert_eq!(m.config.hidden, 576);
     assert_eq!((m.config.n_heads, m.config.n_kv_heads), (9, 3));
+}
+
+/// `stoker api` reads the header alone; it must describe the model exactly
+/// as a full load does, for the real model and for every architecture.
+#[test]
+fn the_header_alone_gives_the_loaded_models_identity_config_and_vocabulary() {
+    let arch = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/arch");
+    let mut paths = vec![model_path()];
+    for e in std::fs::read_dir(&arch).expect("executor/tests/fixtures/arch") {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "gguf") {
+            paths.push(p);
+        }
+    }
+    assert!(paths.len() > 5, "arch fixtures: {paths:?}");
+    for p in paths {
+        let (full, meta) = match (Model::load(&p, LoadOptions::default()), ModelMeta::read(&p)) {
+            (Ok(full), Ok(meta)) => (full, meta),
+            // The unsupported-architecture fixture: the same refusal.
+            (Err(a), Err(b)) => {
+                assert_eq!(a.to_string(), b.to_string(), "{}", p.display());
+                continue;
+            }
+            (a, b) => panic!("{}: load {:?}, header {:?}", p.display(), a.err(), b.err()),
+        };
+        assert_eq!(meta.identity, full.identity, "{}", p.display());
+        assert_eq!(
+            format!("{:?}", meta.config),
+            format!("{:?}", full.config),
+            "{}",
+            p.display()
+        );
+        let text = "Hello, world! <|im_start|> 123";
+        assert_eq!(
+            format!("{:?}", meta.tokenizer.encode(text)),
+            format!("{:?}", full.tokenizer.encode(text)),
+            "{}",
+            p.display()
+        );
+    }
+}
+
+#[test]
+fn the_header_reader_refuses_bad_artifacts_as_loading_does() {
+    let dir = temp_dir("meta-errors");
+    let missing = dir.path().join("nope.gguf");
+    assert!(matches!(
+        ModelMeta::read(&missing).unwrap_err(),
+        ModelError::NotFound(_)
+    ));
+    let not_gguf = tmp_file(&dir, "x.gguf", b"PK\x03\x04 a zip file");
+    assert!(matches!(
+        ModelMeta::read(&not_gguf).unwrap_err(),
+        ModelError::NotGguf(_)
+    ));
 }

@@ -168,6 +168,21 @@ impl Database {
         }
     }
 
+    /// One value a query of this database returns (`psql -tA`).
+    pub fn scalar(&self, sql: &str) -> String {
+        let out = Command::new("psql")
+            .arg(&self.url)
+            .args(["-v", "ON_ERROR_STOP=1", "-tA", "-c", sql])
+            .output()
+            .expect("run psql (the PostgreSQL client)");
+        assert!(
+            out.status.success(),
+            "psql -c {sql:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
     /// The server's `host:port`.
     pub fn server_addr(&self) -> std::net::SocketAddr {
         let after_at = self.url.rsplit_once('@').map_or(&self.url[..], |(_, r)| r);

@@ -274,6 +274,15 @@ scopes = ["inference"]
         .await
         .expect("the drained executor exits");
     assert!(exit.success(), "drained executor exit status {exit}");
+    // It gave its slot up on the way out (a replacement need not wait out
+    // the lease's TTL); the other executor still holds its own.
+    let held = |holder: &str| {
+        cluster.db.scalar(&format!(
+            "SELECT count(*) FROM transport_leases WHERE holder = '{holder}'"
+        ))
+    };
+    assert_eq!(held("distdrain-ex0"), "0", "the drained executor's lease");
+    assert_eq!(held("distdrain-ex1"), "1", "the other executor's lease");
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut total = 0;
@@ -587,8 +596,9 @@ async fn a_database_outage_gives_typed_errors_and_loses_no_batch_line() {
     }
 }
 
-/// One non-streaming greedy chat through the API; the answer's text.
-async fn chat(api: &Server, model: &str, messages: &[Value], max_tokens: u32) -> String {
+/// One non-streaming greedy chat through the API: the answer's text, the
+/// `x-stoker-executor` it came with, and its request id.
+async fn chat(api: &Server, model: &str, messages: &[Value], max_tokens: u32) -> Answer {
     let r = http()
         .post(api.url("/v1/chat/completions"))
         .json(
@@ -599,11 +609,51 @@ async fn chat(api: &Server, model: &str, messages: &[Value], max_tokens: u32) ->
         .await
         .expect("chat request");
     assert_eq!(r.status().as_u16(), 200, "chat");
+    let header = |k: &str| {
+        r.headers()
+            .get(k)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let (executor, request_id) = (header("x-stoker-executor"), header("x-request-id"));
     let v: Value = r.json().await.expect("chat JSON");
-    v["choices"][0]["message"]["content"]
+    let text = v["choices"][0]["message"]["content"]
         .as_str()
         .unwrap_or("")
-        .to_string()
+        .to_string();
+    Answer {
+        text,
+        executor,
+        request_id,
+    }
+}
+
+struct Answer {
+    text: String,
+    executor: String,
+    request_id: String,
+}
+
+/// The request log's row for `request_id`, once the API has written it.
+async fn logged(api: &Server, request_id: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = http()
+            .get(api.url(&format!("/admin/v1/requests/{request_id}")))
+            .send()
+            .await
+            .expect("GET /admin/v1/requests/{id}");
+        if r.status().as_u16() == 200 {
+            return r.json().await.expect("request log row");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "request {request_id} not in the request log after 30 s: {}",
+            r.status()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -628,7 +678,12 @@ async fn a_conversations_next_turn_goes_where_its_prefix_is_cached() {
         .find(|&i| after[i] > before[i])
         .expect("turn 1 was served");
     let other = 1 - holder;
-    messages.push(json!({"role": "assistant", "content": answer}));
+    // Provenance names the executor that generated the tokens, not the API.
+    let holder_id = format!("distprefix-ex{holder}");
+    assert_eq!(answer.executor, holder_id, "x-stoker-executor");
+    let row = logged(&cluster.api, &answer.request_id).await;
+    assert_eq!(row["executor_id"], holder_id.as_str(), "{row}");
+    messages.push(json!({"role": "assistant", "content": answer.text}));
 
     // A long stream continuing the same conversation also goes to the holder,
     // which is now busier than the other executor.
@@ -657,7 +712,11 @@ async fn a_conversations_next_turn_goes_where_its_prefix_is_cached() {
     // little imbalance (headroom alone would pick the idle executor).
     messages.push(json!({"role": "user", "content": "Which part needs the most care?"}));
     let before = served().await;
-    chat(&cluster.api, &model, &messages, 8).await;
+    let next = chat(&cluster.api, &model, &messages, 8).await;
+    assert_eq!(
+        next.executor, holder_id,
+        "x-stoker-executor of the next turn"
+    );
     let after = served().await;
     assert_eq!(
         (after[holder] - before[holder], after[other] - before[other]),

@@ -28,7 +28,7 @@ pub mod capacity;
 pub mod prefix;
 
 use super::wire;
-use crate::backend::{Artifact, Backend, BackendError, Generation, Report};
+use crate::backend::{Artifact, Backend, BackendError, Generation, Report, Runner};
 use crate::kafka::unix_ms;
 use capacity::{CapacityView, Entry};
 use prefix::PrefixIndex;
@@ -39,6 +39,8 @@ const MAX_ATTEMPTS: usize = 3;
 struct Pending {
     events: mpsc::UnboundedSender<Report>,
     executor: String,
+    /// The generation's view of `executor` (its provenance).
+    runner: Runner,
     /// The job as sent, for a retry elsewhere; executors that refused it.
     job: JobMessage,
     tried: Vec<String>,
@@ -220,6 +222,7 @@ impl Inner {
             if let Some(choice) = next {
                 tracing::debug!(request_id = %r.request_id, from = %p.executor, to = %choice.executor_id, %message, "re-routing a refused job");
                 p.executor = choice.executor_id.clone();
+                *p.runner.lock().unwrap_or_else(|e| e.into_inner()) = choice.executor_id.clone();
                 p.tried.push(choice.executor_id.clone());
                 p.next_seq = 0;
                 p.last_heard = Instant::now();
@@ -448,11 +451,13 @@ impl Backend for RemoteBackend {
             .unwrap()
             .record(&blocks, &choice.executor_id);
         let partition = inner.route(&mut job, choice.slot);
+        let runner = Runner::new(Mutex::new(choice.executor_id.clone()));
         inner.pending.lock().unwrap().insert(
             request_id.clone(),
             Pending {
                 events: tx,
                 executor: choice.executor_id.clone(),
+                runner: runner.clone(),
                 job: job.clone(),
                 tried: vec![choice.executor_id.clone()],
                 delivered: false,
@@ -462,7 +467,7 @@ impl Backend for RemoteBackend {
         );
         inner.send_job(job, partition);
         let weak = Arc::downgrade(inner);
-        Ok(Generation::remote(rx, move || {
+        Ok(Generation::remote(rx, runner, move || {
             if let Some(i) = weak.upgrade() {
                 i.cancel(&request_id);
             }

@@ -117,7 +117,7 @@ pub async fn completions(
 
 async fn run(
     state: AppState,
-    target: Target,
+    mut target: Target,
     slot: LogSlot,
     prepared: Prepared,
     deadline: Option<std::time::Duration>,
@@ -132,6 +132,12 @@ async fn run(
         Lane::Interactive => generate::start(&state, served, prepared, deadline).await?,
     };
     slot.started(running.queue);
+    // In distributed mode the executor that generates the tokens answers for
+    // them, in the headers and the request log, not this API process.
+    if let Some(executor) = running.executor() {
+        target.provenance.executor = executor;
+        slot.routed(&target);
+    }
     let prefix = match kind {
         Kind::Chat => "chatcmpl-",
         Kind::Completion => "cmpl-",

@@ -1,0 +1,136 @@
+//! What a GGUF file's header says of its model, without the weights: the
+//! configuration, tokenizer, chat template and identity. [`Model::load`]
+//! builds on it; [`ModelMeta::read`] stops there, for a process that
+//! tokenizes and routes but never runs the model (`stoker api`), so such a
+//! host needs neither the weights' memory nor their load time.
+//!
+//! [`Model::load`]: super::Model::load
+
+use std::path::Path;
+
+use super::config::ModelConfig;
+use super::file_type::file_type_name;
+use super::loader::GgufArtifact;
+use super::weights::WeightMode;
+use crate::chat_template::ChatTemplate;
+use crate::error::ModelError;
+use crate::kernels::QDtype;
+use crate::tokenizer::ModelTokenizer;
+
+/// The identity of a loaded artifact: what a revision record stores.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelIdentity {
+    pub sha256: String,
+    pub file_size: u64,
+    pub tokenizer_sha256: String,
+    pub chat_template_sha256: String,
+    pub name: String,
+    pub precision: String,
+}
+
+/// The header's part of a model, shared by [`Model::load`] and
+/// [`ModelMeta::read`].
+///
+/// [`Model::load`]: super::Model::load
+pub(crate) struct Header {
+    pub config: ModelConfig,
+    pub tokenizer: ModelTokenizer,
+    pub chat_template: ChatTemplate,
+    name: String,
+    /// llama.cpp's name of the file's type (`Q4_K_M`), when the file says.
+    file_type: Option<&'static str>,
+}
+
+impl Header {
+    pub(crate) fn read(art: &GgufArtifact, path: &Path) -> Result<Self, ModelError> {
+        let md = art.metadata();
+        let config = ModelConfig::from_metadata(md)?;
+        let tokenizer = ModelTokenizer::from_gguf_metadata(md)
+            .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+        let chat_template = ChatTemplate::from_gguf_metadata(md, &tokenizer)
+            .map_err(|e| ModelError::Template(e.to_string()))?;
+        let name = md
+            .get("general.name")
+            .and_then(|v| v.to_string().ok())
+            .cloned()
+            .unwrap_or_else(|| {
+                path.file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            });
+        let file_type = md
+            .get("general.file_type")
+            .and_then(|v| v.to_u32().ok())
+            .and_then(file_type_name);
+        Ok(Header {
+            config,
+            tokenizer,
+            chat_template,
+            name,
+            file_type,
+        })
+    }
+
+    /// The precision a revision records: `f32` for dequantized weights, else
+    /// the file's type, else `qkv` (the first layer's attention input).
+    pub(crate) fn precision(&self, mode: WeightMode, qkv: impl FnOnce() -> QDtype) -> String {
+        match (mode, self.file_type) {
+            (WeightMode::DequantizedF32, _) => "f32".to_string(),
+            (WeightMode::Native, Some(name)) => name.to_lowercase(),
+            (WeightMode::Native, None) => qkv().name().to_lowercase(),
+        }
+    }
+
+    pub(crate) fn identity(&self, art: &GgufArtifact, precision: String) -> ModelIdentity {
+        ModelIdentity {
+            sha256: art.sha256.clone(),
+            file_size: art.file_size,
+            tokenizer_sha256: self.tokenizer.sha256_hex(),
+            chat_template_sha256: self.chat_template.sha256_hex(),
+            name: self.name.clone(),
+            precision,
+        }
+    }
+}
+
+/// A model as its header describes it: all a process that does not run it
+/// needs. Its identity is the one [`Model::load`] gives the same file with
+/// native weights (same sha256, tokenizer and template hashes), so executors
+/// and API instances agree on revisions.
+///
+/// [`Model::load`]: super::Model::load
+#[derive(Debug)]
+pub struct ModelMeta {
+    pub config: ModelConfig,
+    pub identity: ModelIdentity,
+    pub tokenizer: ModelTokenizer,
+    pub chat_template: ChatTemplate,
+}
+
+impl ModelMeta {
+    /// Reads the header and hashes the file; no tensor data is loaded.
+    pub fn read(path: &Path) -> Result<Self, ModelError> {
+        let art = GgufArtifact::open(path)?;
+        let mut h = Header::read(&art, path)?;
+        // The vocabulary the model scores, as `Model::load` takes it from the
+        // embedding's rows.
+        h.config.vocab_size = art.tensor_view("token_embd.weight")?.dims[0];
+        let precision = h.precision(WeightMode::Native, || first_qkv_dtype(&art));
+        let identity = h.identity(&art, precision);
+        Ok(ModelMeta {
+            config: h.config,
+            identity,
+            tokenizer: h.tokenizer,
+            chat_template: h.chat_template,
+        })
+    }
+}
+
+/// The type of layer 0's fused or query projection as stored.
+fn first_qkv_dtype(art: &GgufArtifact) -> QDtype {
+    ["blk.0.attn_qkv.weight", "blk.0.attn_q.weight"]
+        .iter()
+        .find_map(|n| art.tensor_view(n).ok())
+        .and_then(|v| QDtype::try_from(v.dtype).ok())
+        .unwrap_or(QDtype::F32)
+}
