@@ -14,6 +14,7 @@ use serde_json::json;
 use stoker_controlplane::store::{
     Actor, AuditQuery, EventStore, ExpectedVersion, NewEvent, Position, StreamRef,
 };
+use stoker_test_support::{TestRng, percentile};
 
 const APPENDS: usize = 5_000;
 /// Appends per in-flight figure, whatever the number in flight.
@@ -45,20 +46,11 @@ struct Audit {
     rows_per_page: f64,
 }
 
+/// The `p` quantile of sorted durations, by the workspace's one percentile
+/// definition (interpolating, as `stoker bench` reports).
 fn pct(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
-/// A small deterministic generator; the benchmark needs spread, not quality.
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self, n: usize) -> usize {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((self.0 >> 33) as usize) % n
-    }
+    let secs: Vec<f64> = sorted.iter().map(Duration::as_secs_f64).collect();
+    Duration::from_secs_f64(percentile(&secs, p))
 }
 
 /// Appends, then (when `n > 0`) seeds `n` events and times audit queries.
@@ -119,13 +111,13 @@ async fn seed_and_query(store: &EventStore, actor: &Actor, n: usize) -> Audit {
     let (from, to) = (stamps[stamps.len() / 4], stamps[stamps.len() * 3 / 4]);
 
     // Audit: deployment + type + the middle half of the time range, first page.
-    let mut rng = Lcg(7);
+    let mut rng = TestRng::new(7);
     let mut lat_q = Vec::with_capacity(QUERIES);
     let mut rows = 0usize;
     for q in 0..QUERIES + 20 {
         let query = AuditQuery {
-            deployment: Some(format!("d{}", rng.next(DEPLOYMENTS))),
-            event_type: Some(TYPES[rng.next(TYPES.len())].to_owned()),
+            deployment: Some(format!("d{}", rng.below(DEPLOYMENTS))),
+            event_type: Some(TYPES[rng.below(TYPES.len())].to_owned()),
             from: Some(from),
             to: Some(to),
             after: None::<Position>,

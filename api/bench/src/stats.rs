@@ -32,19 +32,9 @@ pub struct Dist {
     pub max: f64,
 }
 
-/// The `q` quantile (0..=1) of sorted values, linearly interpolated.
-pub fn percentile(sorted: &[f64], q: f64) -> f64 {
-    match sorted.len() {
-        0 => f64::NAN,
-        1 => sorted[0],
-        n => {
-            let rank = q.clamp(0.0, 1.0) * (n - 1) as f64;
-            let lo = rank.floor() as usize;
-            let hi = rank.ceil() as usize;
-            sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - lo as f64)
-        }
-    }
-}
+/// The workspace's one percentile definition (in `stoker-test-support`, which
+/// the test suites use too, so their figures and the bench's compare).
+pub use stoker_test_support::percentile;
 
 impl Dist {
     pub fn of(mut xs: Vec<f64>) -> Option<Dist> {
