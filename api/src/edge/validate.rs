@@ -209,7 +209,17 @@ fn template_error(e: TemplateError) -> ApiError {
             format!("the conversation is too large to render: {m}"),
             "messages",
         ),
-        other => ApiError::Internal(other.to_string()),
+        // The template loaded, so what fails now is this conversation's shape
+        // (a field the template reads that this request lacks, a value of
+        // another type): the client's to change, as vLLM answers it.
+        TemplateError::Render(m) => ApiError::invalid(
+            format!("the chat template could not render this conversation: {m}"),
+            "messages",
+        ),
+        // Checked when the model loaded: reaching them here is a bug.
+        e @ (TemplateError::Syntax(_) | TemplateError::WrongType) => {
+            ApiError::Internal(e.to_string())
+        }
     }
 }
 
@@ -494,4 +504,29 @@ pub fn deadline(headers: &HeaderMap) -> Result<Option<Duration>, ApiError> {
             )
         })?;
     Ok(Some(Duration::from_millis(ms).min(MAX_DEADLINE)))
+}
+
+#[cfg(test)]
+mod tests {
+    use stoker_schemas::codes::ErrorCode;
+
+    use super::*;
+
+    #[test]
+    fn a_conversation_the_template_cannot_render_is_the_clients_400() {
+        for e in [
+            TemplateError::Raised("roles must alternate".into()),
+            TemplateError::ResourceLimit("output too large".into()),
+            TemplateError::Render("undefined value".into()),
+        ] {
+            let api = template_error(e);
+            assert_eq!(api.code(), ErrorCode::InvalidValue, "{api}");
+            assert!(
+                matches!(&api, ApiError::InvalidValue { param: Some(p), .. } if p == "messages"),
+                "{api:?}"
+            );
+        }
+        let bug = template_error(TemplateError::Syntax("x".into()));
+        assert_eq!(bug.code(), ErrorCode::InternalError);
+    }
 }
