@@ -200,6 +200,16 @@ pub struct EngineSection {
     pub batch_max_step_tokens: usize,
     /// The batch lane pauses while interactive requests wait or prefill.
     pub batch_yields_to_prefill: bool,
+    /// A step carrying interactive decodes takes at most this many ms,
+    /// predicted by the online step-cost model (0: `itl_target_factor`).
+    pub itl_target_ms: f64,
+    /// With `itl_target_ms` 0: such a step costs at most this many times its
+    /// interactive decodes alone (0 with `itl_target_ms` 0: no time target).
+    pub itl_target_factor: f64,
+    /// Batch work fills a step only up to this many predicted ms (0: none).
+    pub batch_step_target_ms: f64,
+    /// The first interactive prefill of a step gets at least this many tokens.
+    pub min_prefill_chunk: usize,
     /// `position` (default): a row's order depends on its position alone, so
     /// a conversation's next turn reuses the KV of the previous reply from the
     /// prefix cache; `reference`: attention sums as candle-transformers'
@@ -219,7 +229,23 @@ impl Default for EngineSection {
             interactive_reserve_share: e.interactive_reserve_share,
             batch_max_step_tokens: e.batch_max_step_tokens,
             batch_yields_to_prefill: e.batch_yields_to_prefill,
+            itl_target_ms: e.planner.interactive_itl_ms,
+            itl_target_factor: e.planner.interactive_itl_factor,
+            batch_step_target_ms: e.planner.batch_step_ms,
+            min_prefill_chunk: e.planner.min_prefill_chunk,
             attention_order: e.attention_order,
+        }
+    }
+}
+
+impl EngineSection {
+    /// The step planner's targets.
+    pub fn planner(&self) -> stoker_executor::scheduler::PlannerConfig {
+        stoker_executor::scheduler::PlannerConfig {
+            interactive_itl_ms: self.itl_target_ms,
+            interactive_itl_factor: self.itl_target_factor,
+            batch_step_ms: self.batch_step_target_ms,
+            min_prefill_chunk: self.min_prefill_chunk,
         }
     }
 }
@@ -379,6 +405,18 @@ impl Config {
                 "engine.interactive_reserve_share must be in [0, 1)".into(),
             ));
         }
+        let e = &self.engine;
+        let targets_ok = [e.itl_target_ms, e.itl_target_factor, e.batch_step_target_ms]
+            .iter()
+            .all(|t| t.is_finite() && *t >= 0.0)
+            && (e.itl_target_factor == 0.0 || e.itl_target_factor >= 1.0);
+        if !targets_ok {
+            return Err(ConfigError::Invalid(
+                "engine.itl_target_ms and engine.batch_step_target_ms must be finite and >= 0, \
+                 and engine.itl_target_factor 0 or at least 1"
+                    .into(),
+            ));
+        }
         let f = self.admission.out_of_envelope_factor;
         if !(f.is_finite() && f > 1.0) {
             return Err(ConfigError::Invalid(
@@ -438,6 +476,7 @@ impl Config {
             batch_max_step_tokens: e.batch_max_step_tokens,
             batch_yields_to_prefill: e.batch_yields_to_prefill,
             attention_order: e.attention_order,
+            planner: e.planner(),
             ..Default::default()
         }
     }
@@ -598,6 +637,19 @@ mod tests {
             let e = Config::load_from(Some(&f), env_of(&[]), &Overrides::default()).unwrap_err();
             assert!(e.to_string().contains("kafka.executor_slots"), "{bad}: {e}");
         }
+        for bad in [
+            "itl_target_factor = 0.5",
+            "itl_target_ms = -1.0",
+            "batch_step_target_ms = nan",
+        ] {
+            std::fs::write(&f, format!("[engine]\n{bad}\n")).unwrap();
+            let e = Config::load_from(Some(&f), env_of(&[]), &Overrides::default()).unwrap_err();
+            assert!(e.to_string().contains("engine.itl_target"), "{bad}: {e}");
+        }
+        std::fs::write(&f, "[engine]\nitl_target_ms = 25.0\nmin_prefill_chunk = 8\n").unwrap();
+        let c = Config::load_from(Some(&f), env_of(&[]), &Overrides::default()).unwrap();
+        assert_eq!(c.engine_config().planner.interactive_itl_ms, 25.0);
+        assert_eq!(c.engine_config().planner.min_prefill_chunk, 8);
         let missing = dir.join("nope.toml");
         assert!(Config::load_from(Some(&missing), env_of(&[]), &Overrides::default()).is_err());
     }

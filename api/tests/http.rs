@@ -631,6 +631,11 @@ fn metrics_parse_as_prometheus_text() {
         "stoker_prefix_cache_queries_total",
         "stoker_prefix_cache_hits_total",
         "stoker_requests_rejected_total",
+        "stoker_engine_step_duration_seconds",
+        "stoker_engine_step_prefill_tokens",
+        "stoker_engine_step_decode_rows",
+        "stoker_engine_step_limit_seconds",
+        "stoker_engine_step_cost_relative_error",
     ] {
         assert!(names.contains(want), "missing {want} in {names:?}");
     }
@@ -659,6 +664,20 @@ fn metrics_parse_as_prometheus_text() {
             assert_eq!(s.labels.get("model"), Some(MODEL_ID));
             assert!(s.labels.get("revision").is_some_and(|r| r.len() == 12));
             assert_eq!(s.labels.get("lane"), Some("interactive"));
+        }
+        // The chat's prefill and its decode rows are in the planner's
+        // per-step histograms, under the interactive lane.
+        for step_metric in [
+            "stoker_engine_step_duration_seconds",
+            "stoker_engine_step_prefill_tokens",
+            "stoker_engine_step_decode_rows",
+        ] {
+            if s.metric == step_metric && s.labels.get("lane") == Some("interactive") {
+                let prometheus_parse::Value::Histogram(h) = &s.value else {
+                    panic!("{step_metric} is a histogram: {s:?}");
+                };
+                assert!(h.last().unwrap().count >= 1.0, "{step_metric}: {h:?}");
+            }
         }
     }
 }

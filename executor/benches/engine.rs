@@ -65,42 +65,76 @@ fn run(
     max_tokens: usize,
 ) -> (Duration, Vec<RequestTrace>) {
     let start = Instant::now();
-    let mut threads = Vec::new();
-    for p in prompts {
-        let req = greedy_request(engine, p, max_tokens);
-        let submitted = Instant::now();
-        let mut h = engine.submit(req).unwrap();
-        threads.push(std::thread::spawn(move || {
-            let mut last = submitted;
-            let mut ttft = None;
-            let mut itl = Vec::new();
-            let mut tokens = 0;
-            while let Some(ev) = h.next_blocking() {
-                match ev {
-                    EngineEvent::Delta { token_ids, .. } => {
-                        let now = Instant::now();
-                        if ttft.is_none() {
-                            ttft = Some(now - submitted);
-                        } else {
-                            itl.push(now - last);
-                        }
-                        last = now;
-                        tokens += token_ids.len();
-                    }
-                    EngineEvent::Finished { .. } => break,
-                    EngineEvent::Started { .. } => {}
-                    EngineEvent::Error(e) => panic!("{e}"),
-                }
-            }
-            RequestTrace {
-                ttft: ttft.unwrap_or_default(),
-                itl,
-                tokens,
-            }
-        }));
-    }
-    let traces: Vec<RequestTrace> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let traces = std::thread::scope(|s| {
+        let handles: Vec<_> = prompts
+            .into_iter()
+            .map(|p| s.spawn(move || trace(engine, p, max_tokens)))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
     (start.elapsed(), traces)
+}
+
+/// `clients` closed-loop clients, each sending `per_client` requests one
+/// after another (a new one as soon as its last finished).
+fn closed_loop(
+    engine: &Engine,
+    clients: usize,
+    per_client: usize,
+    prompt: impl Fn(usize) -> Vec<u32> + Sync,
+    max_tokens: usize,
+) -> (Duration, Vec<RequestTrace>) {
+    let start = Instant::now();
+    let traces = std::thread::scope(|s| {
+        let prompt = &prompt;
+        let handles: Vec<_> = (0..clients)
+            .map(|c| {
+                s.spawn(move || {
+                    (0..per_client)
+                        .map(|k| trace(engine, prompt(c * per_client + k), max_tokens))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    (start.elapsed(), traces)
+}
+
+/// Submits one greedy request and times its tokens as a client sees them.
+fn trace(engine: &Engine, prompt: Vec<u32>, max_tokens: usize) -> RequestTrace {
+    let req = greedy_request(engine, prompt, max_tokens);
+    let submitted = Instant::now();
+    let mut h = engine.submit(req).unwrap();
+    let mut last = submitted;
+    let mut ttft = None;
+    let mut itl = Vec::new();
+    let mut tokens = 0;
+    while let Some(ev) = h.next_blocking() {
+        match ev {
+            EngineEvent::Delta { token_ids, .. } => {
+                let now = Instant::now();
+                if ttft.is_none() {
+                    ttft = Some(now - submitted);
+                } else {
+                    itl.push(now - last);
+                }
+                last = now;
+                tokens += token_ids.len();
+            }
+            EngineEvent::Finished { .. } => break,
+            EngineEvent::Started { .. } => {}
+            EngineEvent::Error(e) => panic!("{e}"),
+        }
+    }
+    RequestTrace {
+        ttft: ttft.unwrap_or_default(),
+        itl,
+        tokens,
+    }
 }
 
 /// An engine on a freshly loaded model (an empty prefix cache), warmed up.
@@ -248,7 +282,7 @@ fn main() {
     );
 
     println!(
-        "## Throughput and latency ({PROMPT_TOKENS}-token prompts, {OUTPUT_TOKENS} output tokens, greedy)\n"
+        "## Throughput and latency ({PROMPT_TOKENS}-token prompts, {OUTPUT_TOKENS} output tokens, greedy; c closed-loop clients, max(2, ceil(8 / c)) requests each)\n"
     );
     println!(
         "| concurrency | output tok/s | ratio to c=1 | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | decode tok/s (c × 1000 / ITL p50) | prefill tok/s (c × {PROMPT_TOKENS} / TTFT p50) |"
@@ -269,10 +303,16 @@ fn main() {
         Vec::new()
     };
     for c in table {
-        let prompts = (0..c)
-            .map(|i| exact_prompt(&engine, i + 100 * c, PROMPT_TOKENS))
-            .collect();
-        let (wall, traces) = run(&engine, prompts, OUTPUT_TOKENS);
+        // Closed loop, at least 8 requests and two rounds per level, so the
+        // percentiles have samples behind them.
+        let per_client = (8usize.div_ceil(c)).max(2);
+        let (wall, traces) = closed_loop(
+            &engine,
+            c,
+            per_client,
+            |i| exact_prompt(&engine, i + 1000 * c, PROMPT_TOKENS),
+            OUTPUT_TOKENS,
+        );
         let tokens: usize = traces.iter().map(|t| t.tokens).sum();
         let tps = tokens as f64 / wall.as_secs_f64();
         let b = *base.get_or_insert(tps);

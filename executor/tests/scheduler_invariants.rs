@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use stoker_executor::ids::{BLOCK_SIZE, BlockId, Lane, SeqId, TenantId};
 use stoker_executor::kv::blocks_for;
 use stoker_executor::scheduler::{
-    ConfigError, PerLane, Scheduler, SchedulerConfig, SchedulerError, SeqSpec, SeqStatus, StepPlan,
+    ConfigError, PerLane, PlannerConfig, Scheduler, SchedulerConfig, SchedulerError, SeqSpec, SeqStatus, StepPlan,
 };
 use stoker_test_support::TestRng;
 
@@ -35,6 +35,7 @@ fn config() -> SchedulerConfig {
         revision_salt: [42; 32],
         batch_max_step_tokens: 0,
         batch_yields_to_prefill: false,
+        planner: PlannerConfig::TOKENS_ONLY,
     }
 }
 
@@ -60,6 +61,8 @@ fn step(s: &mut Scheduler) -> StepPlan {
     let plan = s.schedule();
     check_invariants(s, Some(&plan));
     s.complete_step(&plan);
+    // A synthetic step time the cost model learns from: linear in tokens.
+    s.observe_step(&plan, 2.0 + 0.5 * plan.num_tokens() as f64);
     for c in plan.chunks.iter().filter(|c| c.sample) {
         s.append_token(c.seq, 1).unwrap();
     }

@@ -121,6 +121,70 @@ pub struct AdmissionReport {
     /// `profile` or `none`.
     pub prefill_rate_source: &'static str,
     pub prefill_tok_s: Option<f64>,
+    /// The engine's step planner: the latency targets it packs steps to.
+    pub planner: PlannerReport,
+}
+
+/// The step planner's targets and its step-cost model, as the engine last
+/// published them (in front of remote executors: the defaults, with no
+/// observations; each executor plans its own steps).
+#[derive(Clone, Debug, Serialize)]
+pub struct PlannerReport {
+    /// `absolute` (`engine.itl_target_ms`), `relative` (a factor of the
+    /// interactive decodes' own predicted cost) or `off` (tokens only).
+    pub interactive_itl_mode: &'static str,
+    pub interactive_itl_target_ms: Option<f64>,
+    pub interactive_itl_factor: Option<f64>,
+    /// The limit the last step packed interactive prefills to; `null` when
+    /// no interactive sequence was decoding in it.
+    pub interactive_itl_in_force_ms: Option<f64>,
+    pub batch_step_target_ms: Option<f64>,
+    /// The limit the last step packed batch work to.
+    pub batch_limit_in_force_ms: Option<f64>,
+    pub min_prefill_chunk: usize,
+    pub step_cost: StepCostReport,
+}
+
+/// The online step-cost model: predicted ms = fixed + per token × tokens +
+/// per sampled row × rows + per 1k attention pairs × pairs / 1000.
+#[derive(Clone, Debug, Serialize)]
+pub struct StepCostReport {
+    pub fixed_ms: f64,
+    pub per_token_ms: f64,
+    pub per_sampled_row_ms: f64,
+    pub per_1k_attention_pairs_ms: f64,
+    pub observations: u64,
+    pub relative_error: f64,
+}
+
+impl PlannerReport {
+    fn of(p: &stoker_executor::scheduler::PlannerSnapshot) -> Self {
+        let c = &p.config;
+        let positive = |v: f64| (v > 0.0).then_some(v);
+        PlannerReport {
+            interactive_itl_mode: if c.interactive_itl_ms > 0.0 {
+                "absolute"
+            } else if c.interactive_itl_factor > 0.0 {
+                "relative"
+            } else {
+                "off"
+            },
+            interactive_itl_target_ms: positive(c.interactive_itl_ms),
+            interactive_itl_factor: positive(c.interactive_itl_factor),
+            interactive_itl_in_force_ms: p.last.interactive_ms,
+            batch_step_target_ms: positive(c.batch_step_ms),
+            batch_limit_in_force_ms: p.last.batch_ms,
+            min_prefill_chunk: c.min_prefill_chunk,
+            step_cost: StepCostReport {
+                fixed_ms: p.cost.fixed_ms,
+                per_token_ms: p.cost.per_token_ms,
+                per_sampled_row_ms: p.cost.per_sampled_row_ms,
+                per_1k_attention_pairs_ms: p.cost.per_1k_attention_pairs_ms,
+                observations: p.cost.observations,
+                relative_error: p.cost.relative_error,
+            },
+        }
+    }
 }
 
 impl Admission {
@@ -194,6 +258,7 @@ impl Admission {
             prefill_rate_source,
             prefill_tok_s,
             profile,
+            planner: PlannerReport::of(&engine.planner),
         }
     }
 

@@ -17,7 +17,7 @@ use crate::model::row_order::AttentionOrder;
 use crate::model::{ForwardChunk, KvStorage, Model, Workspace};
 use crate::request::SamplingParams;
 use crate::sampling::{SeqRng, sample};
-use crate::scheduler::{Scheduler, SchedulerConfig, SchedulerError, SeqSpec};
+use crate::scheduler::{PerLane, Scheduler, SchedulerConfig, SchedulerError, SeqSpec};
 use crate::stop::{StopMatcher, StopOutcome};
 
 /// Per-sequence state that is not the scheduler's business.
@@ -79,6 +79,7 @@ impl EngineCore {
             revision_salt: salt,
             batch_max_step_tokens: config.batch_max_step_tokens,
             batch_yields_to_prefill: config.batch_yields_to_prefill,
+            planner: config.planner,
         })
         .map_err(|e| ModelError::Config(e.to_string()))?;
         let kv = KvStorage::new(&model.config, num_blocks);
@@ -272,6 +273,8 @@ impl EngineCore {
         let now = Instant::now();
         let mut prefill_tokens = 0usize;
         let mut decode_tokens = 0usize;
+        let mut lane_prefill = PerLane::<usize>::default();
+        let mut lane_decode = PerLane::<usize>::default();
         for c in &plan.chunks {
             if let Some(s) = self.seqs.get_mut(&c.seq) {
                 if s.first_scheduled_at.is_none() {
@@ -283,8 +286,10 @@ impl EngineCore {
                 }
                 if c.start + c.len <= s.prompt_len || s.first_token_at.is_none() {
                     prefill_tokens += c.len;
+                    lane_prefill[c.lane] += c.len;
                 } else {
                     decode_tokens += c.len;
+                    lane_decode[c.lane] += 1;
                 }
             }
         }
@@ -331,6 +336,9 @@ impl EngineCore {
         self.stats.steps_total += 1;
         let dt = started.elapsed();
         let secs = dt.as_secs_f64().max(1e-9);
+        self.sched.observe_step(&plan, secs * 1e3);
+        self.stats.steps.record(secs, lane_prefill, lane_decode);
+        self.stats.planner = self.sched.planner();
         let ewma = |old: f64, new: f64| {
             if old == 0.0 {
                 new

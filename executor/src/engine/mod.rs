@@ -11,6 +11,7 @@
 mod core;
 pub mod events;
 pub mod stats;
+pub mod step_stats;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
@@ -52,6 +53,8 @@ pub struct EngineConfig {
     pub batch_yields_to_prefill: bool,
     /// Whose summation order attention follows (`model::row_order`).
     pub attention_order: AttentionOrder,
+    /// The step planner's latency targets (`scheduler::step`).
+    pub planner: crate::scheduler::PlannerConfig,
 }
 
 impl Default for EngineConfig {
@@ -69,6 +72,7 @@ impl Default for EngineConfig {
             batch_max_step_tokens: 32,
             batch_yields_to_prefill: true,
             attention_order: AttentionOrder::Position,
+            planner: crate::scheduler::PlannerConfig::default(),
         }
     }
 }

@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
+use super::step_stats::StepHistograms;
 use crate::ids::Lane;
+use crate::scheduler::PlannerSnapshot;
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct LaneStats {
@@ -32,6 +34,10 @@ pub struct EngineStats {
     pub tokens_per_second_ewma: f64,
     pub prefill_tokens_per_second_ewma: f64,
     pub decode_tokens_per_second_ewma: f64,
+    /// What the step planner decided, step by step.
+    pub steps: StepHistograms,
+    /// The planner's targets, its cost model and the last step's limits.
+    pub planner: PlannerSnapshot,
 }
 
 impl EngineStats {

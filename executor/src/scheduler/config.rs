@@ -34,6 +34,56 @@ pub struct SchedulerConfig {
     /// gets no tokens, so the interactive prefill step is as short as if no
     /// batch work existed. Batch sequences keep their blocks meanwhile.
     pub batch_yields_to_prefill: bool,
+    /// Latency targets the step planner packs each step to.
+    pub planner: PlannerConfig,
+}
+
+/// The step planner's targets (see [`super::step`]): each step is packed, by
+/// the online step-cost model, to the inter-token latency of the lanes whose
+/// sequences are decoding in it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PlannerConfig {
+    /// A step with interactive decoders costs at most this many ms
+    /// (0: use `interactive_itl_factor`).
+    pub interactive_itl_ms: f64,
+    /// With `interactive_itl_ms` at 0: a step with interactive decoders costs
+    /// at most this many times what those decoders alone would (so 2.0 lets
+    /// prefills and batch rows at most double a chat's inter-token latency).
+    /// 0 together with `interactive_itl_ms` 0: no time target, tokens only.
+    pub interactive_itl_factor: f64,
+    /// Batch work (rows and prefill chunks) fills a step only up to this many
+    /// predicted ms, which also bounds how long an interactive arrival waits
+    /// behind a batch step (0: no target).
+    pub batch_step_ms: f64,
+    /// The first interactive prefill of a step gets at least this many
+    /// tokens even past the target, so a new prompt starts within one step.
+    pub min_prefill_chunk: usize,
+}
+
+impl PlannerConfig {
+    /// No time targets: steps are bounded by token budgets alone.
+    pub const TOKENS_ONLY: PlannerConfig = PlannerConfig {
+        interactive_itl_ms: 0.0,
+        interactive_itl_factor: 0.0,
+        batch_step_ms: 0.0,
+        min_prefill_chunk: 0,
+    };
+
+    /// Whether any time target is set.
+    pub fn is_timed(&self) -> bool {
+        self.interactive_itl_ms > 0.0 || self.interactive_itl_factor > 0.0 || self.batch_step_ms > 0.0
+    }
+}
+
+impl Default for PlannerConfig {
+    fn default() -> Self {
+        PlannerConfig {
+            interactive_itl_ms: 0.0,
+            interactive_itl_factor: 2.0,
+            batch_step_ms: 60.0,
+            min_prefill_chunk: 32,
+        }
+    }
 }
 
 /// A configuration that cannot work.
@@ -53,6 +103,10 @@ pub enum ConfigError {
     ZeroWaitingBound,
     #[error("interactive_reserve_share must be finite and in [0, 1), got {0}")]
     ReserveShareOutOfRange(f32),
+    #[error(
+        "planner targets must be finite and non-negative, and interactive_itl_factor 0 or at least 1 (got {0})"
+    )]
+    PlannerTarget(String),
 }
 
 /// What the batch lane may hold, derived from the reserve share. The interactive
@@ -106,6 +160,14 @@ impl SchedulerConfig {
         if self.max_waiting_requests == 0 || self.max_waiting_tokens == 0 {
             return Err(ConfigError::ZeroWaitingBound);
         }
+        let p = self.planner;
+        let targets_ok = [p.interactive_itl_ms, p.interactive_itl_factor, p.batch_step_ms]
+            .iter()
+            .all(|t| t.is_finite() && *t >= 0.0)
+            && (p.interactive_itl_factor == 0.0 || p.interactive_itl_factor >= 1.0);
+        if !targets_ok {
+            return Err(ConfigError::PlannerTarget(format!("{p:?}")));
+        }
         let share = self.interactive_reserve_share;
         if !share.is_finite() || !(0.0..1.0).contains(&share) {
             return Err(ConfigError::ReserveShareOutOfRange(share));
@@ -148,6 +210,7 @@ mod tests {
             revision_salt: [0; 32],
             batch_max_step_tokens: 0,
             batch_yields_to_prefill: false,
+            planner: PlannerConfig::TOKENS_ONLY,
         }
     }
 
@@ -217,6 +280,25 @@ mod tests {
                     ..cfg()
                 }),
                 ConfigError::ReserveShareOutOfRange(_)
+            ));
+        }
+        for planner in [
+            PlannerConfig {
+                interactive_itl_factor: 0.5,
+                ..PlannerConfig::default()
+            },
+            PlannerConfig {
+                batch_step_ms: f64::NAN,
+                ..PlannerConfig::default()
+            },
+            PlannerConfig {
+                interactive_itl_ms: -1.0,
+                ..PlannerConfig::default()
+            },
+        ] {
+            assert!(matches!(
+                bad(SchedulerConfig { planner, ..cfg() }),
+                ConfigError::PlannerTarget(_)
             ));
         }
         // A reserve that would take everything leaves the batch lane one of each.

@@ -3,11 +3,12 @@
 //!
 //! The scheduler owns every sequence from admission to finish: its tokens, how
 //! many have KV written (`num_computed`) and its block table. Each step it
-//! builds a [`StepPlan`] under a token budget: running decoders first (one token
-//! each), then running prefills in chunks (chunked prefill, so a long prompt
-//! never stalls decoding), then admissions from the waiting queues, interactive
-//! before batch and round-robin across tenants. Under memory pressure it
-//! preempts by recompute. The design is vLLM's v1 scheduler (unified
+//! builds a [`StepPlan`] under a token budget and the step planner's latency
+//! targets, predicted by an online step-cost model ([`cost`]): interactive
+//! decoders first (one token each), then interactive prefills and admissions
+//! in chunks sized to the target (chunked prefill, so a long prompt never
+//! stalls decoding), then batch rows and prefills in the slack, admissions
+//! round-robin across tenants. Under memory pressure it preempts by recompute. The design is vLLM's v1 scheduler (unified
 //! `num_computed_tokens` accounting, chunked prefill, recompute preemption)
 //! with TGI's bounded queue and a reserve share that the batch lane may never
 //! take; see [`step`] for the step itself.
@@ -22,6 +23,7 @@
 //! per allocated or released block; finish and cancel are O(blocks held).
 
 pub mod config;
+pub mod cost;
 pub mod plan;
 pub mod queue;
 pub mod sequence;
@@ -30,7 +32,8 @@ pub mod step;
 
 use std::collections::HashMap;
 
-pub use config::{ConfigError, LaneLimits, SchedulerConfig};
+pub use config::{ConfigError, LaneLimits, PlannerConfig, SchedulerConfig};
+pub use cost::{CostModel, CostSnapshot, StepFeatures};
 pub use plan::{AbortReason, ScheduledChunk, StepPlan};
 pub use sequence::{SeqSpec, SeqStatus, Sequence};
 pub use stats::{PerLane, SchedulerStats};
@@ -90,6 +93,30 @@ pub struct Scheduler {
     next_arrival: u64,
     preemptions: PerLane<u64>,
     aborted: u64,
+    /// What a step costs, learned from the steps the engine ran.
+    cost: CostModel,
+    /// The time limits the last planned step used.
+    targets: PlanTargets,
+}
+
+/// The time limits in force in the last planned step, per lane's stage:
+/// `None` where the step had no target (tokens only).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PlanTargets {
+    /// Limit on the interactive prefill stage: set when interactive
+    /// sequences decoded in the step.
+    pub interactive_ms: Option<f64>,
+    /// Limit on the batch stage (the tighter of the interactive limit and
+    /// `batch_step_ms`).
+    pub batch_ms: Option<f64>,
+}
+
+/// The planner's state, for metrics and the admission report.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PlannerSnapshot {
+    pub config: PlannerConfig,
+    pub cost: CostSnapshot,
+    pub last: PlanTargets,
 }
 
 impl Scheduler {
@@ -116,6 +143,8 @@ impl Scheduler {
             next_arrival: 0,
             preemptions: PerLane::default(),
             aborted: 0,
+            cost: CostModel::default(),
+            targets: PlanTargets::default(),
         })
     }
 
@@ -253,6 +282,20 @@ impl Scheduler {
                     .saturating_sub(self.lane_blocks.batch),
             ),
         }
+    }
+
+    /// The planner's targets, its cost model, and the limits of the last step.
+    pub fn planner(&self) -> PlannerSnapshot {
+        PlannerSnapshot {
+            config: self.config.planner,
+            cost: self.cost.snapshot(),
+            last: self.targets,
+        }
+    }
+
+    /// The cost model's prediction for a plan, in milliseconds.
+    pub fn predict_ms(&self, plan: &StepPlan) -> f64 {
+        self.cost.predict_ms(&step::features_of(&plan.chunks))
     }
 
     pub fn stats(&self) -> SchedulerStats {

@@ -1,22 +1,43 @@
 //! One continuous-batching step: what runs, what is admitted, who is preempted.
 //!
-//! The step follows vLLM's v1 scheduler. A token budget
-//! (`max_batched_tokens`) is spent, in order, on:
-//! 1. running decoders (one uncomputed token), interactive then batch, so a
-//!    long prefill can never delay a decode token (the budget is validated to
-//!    cover `max_num_seqs` decoders);
-//! 2. running prefills (chunked: at most the remaining budget), interactive then
-//!    batch;
-//! 3. admissions, interactive lane first, each lane round-robin across tenants,
-//!    skipping full blocks found in the prefix cache but always computing at
-//!    least the last token so its logits exist. Admission is skipped in a step
-//!    that already preempted (memory is tight), as vLLM does.
+//! The step follows vLLM's v1 scheduler (unified `num_computed` accounting,
+//! chunked prefill, recompute preemption) with a step planner in the manner of
+//! Sarathi-Serve's stall-free batching: a step is bounded by a token budget
+//! (`max_batched_tokens`) and, when the planner has targets, by a predicted
+//! duration from the online step-cost model ([`super::cost`]). It is filled,
+//! in order, with:
+//! 1. running interactive decoders (one token each), always: the budget is
+//!    validated to cover `max_num_seqs` decoders. Their predicted cost sets
+//!    the interactive target in force: `interactive_itl_ms`, or
+//!    `interactive_itl_factor` times that cost;
+//! 2. running interactive prefills, then interactive admissions, chunked to
+//!    fit the target. The first interactive prefill of a step gets at least
+//!    `min_prefill_chunk` tokens, so a new prompt starts within one step of
+//!    arriving when KV allows. Tokens for the running batch decoders are held
+//!    back from this stage, so a long prompt never takes a decode token;
+//! 3. batch decoders, batch prefills and batch admissions, only as far as the
+//!    step still fits the tighter of the interactive target and
+//!    `batch_step_ms`, and at most `batch_max_step_tokens`: batch work fills
+//!    exactly the slack. With `batch_yields_to_prefill`, batch gets nothing
+//!    while interactive work waits or prefills.
+//!
+//! A step without interactive decoders has no interactive target, so a lone
+//! prompt prefills as fast as it would without the planner. A step never comes
+//! out empty while work can run: if nothing fits the targets, the oldest
+//! candidate still gets one token. Admissions skip prefix-cached full
+//! blocks, always compute at least the last token so its logits exist, go
+//! interactive before batch, round-robin across tenants, and are skipped in a
+//! step that already preempted (memory is tight), as vLLM does. Packing never
+//! changes a row's arithmetic (the forward pass is batch-invariant), only
+//! which step computes it.
 //!
 //! Blocks for every scheduled token are allocated before the plan is returned.
 //! `num_computed` does NOT advance here: it advances in
 //! [`Scheduler::complete_step`], after the forward pass has written the KV,
 //! which is also when full blocks are registered in the prefix cache. Calling
-//! `schedule` twice without completing simply plans the same tokens again.
+//! `schedule` twice without completing simply plans the same tokens again. The
+//! engine then reports the step's measured time with
+//! [`Scheduler::observe_step`], which is how the cost model learns.
 //!
 //! Preemption is by recompute (vLLM's default): the victim releases every block
 //! and returns to the front of its lane's queue with its tokens kept and
@@ -31,13 +52,16 @@
 //! than its lane may ever hold is aborted rather than preempted forever.
 //!
 //! Cost: O(running + admitted + preempted) bookkeeping plus one pool operation
-//! per allocated or released block, and one SHA-256 per newly full block.
+//! per allocated or released block, one SHA-256 per newly full block, and for
+//! each chunk sized to a target a binary search of O(log tokens) predictions
+//! over the plan so far (O(chunks) each).
 
 use crate::ids::{BLOCK_SIZE, Lane, SeqId};
 use crate::kv::blocks_for;
 use crate::kv::hash::extend_chain;
 
-use super::Scheduler;
+use super::{PerLane, Scheduler};
+use super::cost::StepFeatures;
 use super::plan::{AbortReason, ScheduledChunk, StepPlan};
 use super::sequence::SeqStatus;
 
@@ -45,6 +69,37 @@ use super::sequence::SeqStatus;
 struct Step {
     plan: StepPlan,
     budget: usize,
+    /// Most predicted milliseconds the step may take for the stage being
+    /// planned; `None`: tokens only.
+    limit_ms: Option<f64>,
+    /// Whether this step's first interactive prefill has had its floor.
+    floor_used: bool,
+}
+
+impl Step {
+    fn new(budget: usize) -> Self {
+        Step {
+            plan: StepPlan::default(),
+            budget,
+            limit_ms: None,
+            floor_used: false,
+        }
+    }
+}
+
+/// The cost-model features of a plan's chunks.
+pub(super) fn features_of(chunks: &[ScheduledChunk]) -> StepFeatures {
+    chunks.iter().fold(StepFeatures::default(), |f, c| {
+        f.add(StepFeatures::chunk(c.start, c.len, c.sample))
+    })
+}
+
+fn tighter(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, None) => a,
+        (None, b) => b,
+    }
 }
 
 /// What stops the head of a waiting queue from being admitted.
@@ -53,45 +108,139 @@ enum Blocked {
     Blocks { needed: usize },
     /// The batch lane's block share is exhausted.
     LaneShare,
+    /// Not one token fits the step's time target.
+    Time,
 }
 
 impl Scheduler {
     /// Plans one step. See the module documentation for the order and rules.
     pub fn schedule(&mut self) -> StepPlan {
-        let mut step = Step {
-            plan: StepPlan::default(),
-            budget: self.config.max_batched_tokens,
-        };
-        let mut decoders = Vec::new();
-        let mut prefills = Vec::new();
+        let mut step = Step::new(self.config.max_batched_tokens);
+        let mut decoders = PerLane::<Vec<SeqId>>::default();
+        let mut prefills = PerLane::<Vec<SeqId>>::default();
         for lane in Lane::ALL {
             for id in &self.running[lane] {
                 match self.seqs[id].remaining() {
                     0 => {} // waiting for the engine to append a sampled token
-                    1 => decoders.push(*id),
-                    _ => prefills.push(*id),
+                    1 => decoders[lane].push(*id),
+                    _ => prefills[lane].push(*id),
                 }
             }
         }
-        let mut batch_left = self.batch_step_allowance();
-        for id in decoders.into_iter().chain(prefills) {
-            let Some(seq) = self.seqs.get(&id) else {
-                continue;
-            };
-            if seq.status != SeqStatus::Running {
-                continue;
-            }
-            if seq.lane == Lane::Batch {
-                batch_left -=
-                    self.with_budget_cap(batch_left, &mut step, |s, st| s.schedule_running(id, st));
-            } else {
-                self.schedule_running(id, &mut step);
-            }
+        // 1. Interactive decoders, always; they set the interactive target.
+        for &id in &decoders.interactive {
+            self.schedule_if_running(id, &mut step);
         }
-        if step.plan.preempted.is_empty() {
-            self.admit(&mut step, batch_left);
+        let interactive_limit = self.interactive_limit(&step.plan);
+        self.targets.interactive_ms = interactive_limit;
+
+        // 2. Interactive prefills and admissions, holding back a token for
+        // each batch decoder the batch lane may run.
+        let mut batch_left = self.batch_step_allowance();
+        let held = decoders.batch.len().min(batch_left).min(step.budget);
+        step.budget -= held;
+        step.limit_ms = interactive_limit;
+        for &id in &prefills.interactive {
+            self.schedule_if_running(id, &mut step);
+        }
+        let admit_batch = step.plan.preempted.is_empty() && self.admit_lane(Lane::Interactive, &mut step);
+        step.budget += held;
+
+        // 3. Batch work fills the slack.
+        let batch_target = (self.config.planner.batch_step_ms > 0.0)
+            .then_some(self.config.planner.batch_step_ms);
+        step.limit_ms = tighter(interactive_limit, batch_target);
+        self.targets.batch_ms = step.limit_ms;
+        for &id in decoders.batch.iter().chain(&prefills.batch) {
+            batch_left -= self.with_budget_cap(batch_left, &mut step, |s, st| {
+                s.schedule_if_running(id, st)
+            });
+        }
+        // An interactive head that cannot be admitted (no budget, slots,
+        // blocks or time) also holds back the batch lane, so batch never
+        // takes what interactive is waiting for.
+        if admit_batch && step.plan.preempted.is_empty() {
+            self.with_budget_cap(batch_left, &mut step, |s, st| {
+                s.admit_lane(Lane::Batch, st);
+            });
         }
         step.plan
+    }
+
+    /// Schedules `id` if it is still running (an earlier chunk of this step
+    /// may have preempted it).
+    fn schedule_if_running(&mut self, id: SeqId, step: &mut Step) {
+        if self
+            .seqs
+            .get(&id)
+            .is_some_and(|s| s.status == SeqStatus::Running)
+        {
+            self.schedule_running(id, step);
+        }
+    }
+
+    /// The interactive target for a step holding `plan` (its interactive
+    /// decoders): none when no interactive sequence decodes in it.
+    fn interactive_limit(&self, plan: &StepPlan) -> Option<f64> {
+        if plan.chunks.is_empty() {
+            return None;
+        }
+        let p = &self.config.planner;
+        if p.interactive_itl_ms > 0.0 {
+            Some(p.interactive_itl_ms)
+        } else if p.interactive_itl_factor > 0.0 {
+            Some(p.interactive_itl_factor * self.cost.predict_ms(&features_of(&plan.chunks)))
+        } else {
+            None
+        }
+    }
+
+    /// Learns from a step the engine ran: `plan` took `ms` milliseconds.
+    pub fn observe_step(&mut self, plan: &StepPlan, ms: f64) {
+        self.cost.observe(&features_of(&plan.chunks), ms);
+    }
+
+    /// The most tokens, up to `want`, of a chunk from `start` (of a sequence
+    /// with `total` known tokens) that keep the step within its time limit,
+    /// with the floors that guarantee progress.
+    fn fit(&self, step: &mut Step, lane: Lane, start: usize, want: usize, total: usize) -> usize {
+        let Some(limit) = step.limit_ms else {
+            return want;
+        };
+        let min_chunk = self.config.planner.min_prefill_chunk;
+        let floor = if step.plan.chunks.is_empty() {
+            want.min(1)
+        } else if lane == Lane::Interactive && !step.floor_used {
+            want.min(min_chunk)
+        } else {
+            0
+        };
+        if lane == Lane::Interactive {
+            step.floor_used = true;
+        }
+        let load = features_of(&step.plan.chunks);
+        let cost = |len: usize| {
+            self.cost
+                .predict_ms(&load.add(StepFeatures::chunk(start, len, start + len == total)))
+        };
+        let fitted = if cost(want) <= limit {
+            want
+        } else if cost(1) > limit {
+            0
+        } else {
+            // cost(lo) fits, cost(hi) does not.
+            let (mut lo, mut hi) = (1, want);
+            while hi - lo > 1 {
+                let mid = lo + (hi - lo) / 2;
+                if cost(mid) <= limit {
+                    lo = mid;
+                } else {
+                    hi = mid;
+                }
+            }
+            lo
+        };
+        fitted.max(floor)
     }
 
     /// Tokens the batch lane may take this step: none while interactive work
@@ -176,7 +325,9 @@ impl Scheduler {
     fn schedule_running(&mut self, id: SeqId, step: &mut Step) {
         let seq = &self.seqs[&id];
         let lane = seq.lane;
+        let (start, total) = (seq.num_computed, seq.tokens.len());
         let want = seq.remaining().min(step.budget);
+        let want = self.fit(step, lane, start, want, total);
         if want == 0 {
             return;
         }
@@ -227,18 +378,6 @@ impl Scheduler {
         (self.seqs[&newest].arrival > seq.arrival).then_some(newest)
     }
 
-    /// Admits waiting sequences while budget, slots and blocks allow.
-    fn admit(&mut self, step: &mut Step, batch_left: usize) {
-        // An interactive head that cannot be admitted (no budget, slots or
-        // blocks) also holds back the batch lane, so batch never takes what
-        // interactive is waiting for.
-        if self.admit_lane(Lane::Interactive, step) {
-            self.with_budget_cap(batch_left, step, |s, st| {
-                s.admit_lane(Lane::Batch, st);
-            });
-        }
-    }
-
     /// Admits the heads of one lane's queue while budget, slots and blocks
     /// allow. False when admission must stop for every lane this step.
     fn admit_lane(&mut self, lane: Lane, step: &mut Step) -> bool {
@@ -268,6 +407,7 @@ impl Scheduler {
             match self.try_admit(id, step) {
                 Ok(()) => {}
                 Err(Blocked::LaneShare) => break,
+                Err(Blocked::Time) => return false,
                 Err(Blocked::Blocks { needed }) => {
                     // Interactive work may take blocks from batch, if the
                     // batch lane could possibly free enough.
@@ -306,7 +446,12 @@ impl Scheduler {
             Vec::new()
         };
         let start = cached.len() * BLOCK_SIZE;
-        let want = (seq.tokens.len() - start).min(step.budget);
+        let total = seq.tokens.len();
+        let want = (total - start).min(step.budget);
+        let want = self.fit(step, lane, start, want, total);
+        if want == 0 {
+            return Err(Blocked::Time);
+        }
         let new_blocks = blocks_for(start + want) - cached.len();
         if lane == Lane::Batch
             && self.lane_blocks.batch + cached.len() + new_blocks > self.limits.batch_blocks
@@ -379,10 +524,7 @@ impl Scheduler {
             }
             Some(_) => {}
         }
-        let mut step = Step {
-            plan: StepPlan::default(),
-            budget: 0,
-        };
+        let mut step = Step::new(0);
         self.preempt(id, &mut step);
         Ok(())
     }

@@ -3,6 +3,7 @@
 //! protocol's typed errors.
 
 use super::*;
+use super::step::features_of;
 use crate::ids::{BLOCK_SIZE, TenantId};
 
 fn config() -> SchedulerConfig {
@@ -17,6 +18,7 @@ fn config() -> SchedulerConfig {
         revision_salt: [3; 32],
         batch_max_step_tokens: 0,
         batch_yields_to_prefill: false,
+        planner: PlannerConfig::TOKENS_ONLY,
     }
 }
 
@@ -225,4 +227,145 @@ fn the_batch_lane_yields_while_interactive_work_prefills() {
     // Once it decodes, batch runs beside it again.
     let plan = s.schedule();
     assert_eq!(lane_tokens(&plan), (1, 1));
+}
+
+/// A scheduler whose cost model has learned `ms = 4 + 2 * tokens + 0.5 * rows`
+/// (attention free), from steps of every mix.
+fn planned(planner: PlannerConfig) -> Scheduler {
+    let mut s = Scheduler::new(SchedulerConfig {
+        planner,
+        max_batched_tokens: 512,
+        ..config()
+    })
+    .unwrap();
+    for _ in 0..30 {
+        for rows in [1usize, 2, 4, 8] {
+            for prefill in [0usize, 16, 64, 200] {
+                let mut f = StepFeatures::default();
+                for _ in 0..rows {
+                    f = f.add(StepFeatures::chunk(0, 1, true));
+                }
+                f = f.add(StepFeatures::chunk(0, prefill, prefill > 0));
+                let ms = 4.0 + 2.0 * f.tokens + 0.5 * f.sampled;
+                s.cost.observe(&f, ms);
+            }
+        }
+    }
+    s
+}
+
+/// Runs steps until every sequence in `ids` decodes (has sampled a token).
+fn until_decoding(s: &mut Scheduler, ids: &[u64]) {
+    for _ in 0..100 {
+        if ids
+            .iter()
+            .all(|&id| s.sequence(SeqId(id)).is_some_and(|q| !q.generated().is_empty()))
+        {
+            return;
+        }
+        step(s);
+    }
+    panic!("{ids:?} never started decoding");
+}
+
+#[test]
+fn batch_work_fills_only_the_slack_the_interactive_target_leaves() {
+    let mut s = planned(PlannerConfig {
+        batch_step_ms: 0.0,
+        ..PlannerConfig::default()
+    });
+    for id in 1..=2 {
+        s.add(spec(id, Lane::Interactive, "chat", 8, 100)).unwrap();
+    }
+    until_decoding(&mut s, &[1, 2]);
+    for id in 10..16 {
+        s.add(spec(id, Lane::Batch, "bulk", 40, 100)).unwrap();
+    }
+    let mut batch_tokens = 0;
+    for _ in 0..30 {
+        let plan = s.schedule();
+        let chat_alone = features_of(
+            &plan
+                .chunks
+                .iter()
+                .filter(|c| c.lane == Lane::Interactive)
+                .copied()
+                .collect::<Vec<_>>(),
+        );
+        let alone = s.cost.predict_ms(&chat_alone);
+        // Two chat decoders alone: 4 + 2 * 2 + 0.5 * 2 = 9 ms; factor 2.
+        assert!((alone - 9.0).abs() < 0.2, "{alone}");
+        let predicted = s.predict_ms(&plan);
+        assert!(predicted <= 2.0 * alone + 1e-6, "{predicted} > 2 x {alone}");
+        batch_tokens += lane_tokens(&plan).1;
+        assert_eq!(s.planner().last.interactive_ms, Some(2.0 * alone));
+        s.complete_step(&plan);
+        for c in plan.chunks.iter().filter(|c| c.sample) {
+            s.append_token(c.seq, 7).unwrap();
+        }
+    }
+    // Not starved: about (18 - 9) / 2 tokens a step.
+    assert!(batch_tokens >= 30 * 3, "batch got {batch_tokens} tokens");
+}
+
+#[test]
+fn a_new_chat_prompt_starts_within_one_step_even_past_the_target() {
+    let mut s = planned(PlannerConfig {
+        interactive_itl_ms: 5.0, // below what the decoders alone cost
+        ..PlannerConfig::default()
+    });
+    for id in 1..=6 {
+        s.add(spec(id, Lane::Interactive, "chat", 8, 100)).unwrap();
+    }
+    until_decoding(&mut s, &[1, 2, 3, 4, 5, 6]);
+    s.add(spec(20, Lane::Interactive, "chat", 100, 10)).unwrap();
+    let plan = step(&mut s);
+    let c = plan
+        .chunks
+        .iter()
+        .find(|c| c.seq == SeqId(20))
+        .expect("admitted in the next step");
+    assert_eq!(c.len, 32, "the floor, min_prefill_chunk");
+    for id in 1..=6 {
+        assert!(plan.chunks.iter().any(|c| c.seq == SeqId(id)), "decoder {id}");
+    }
+}
+
+#[test]
+fn a_lone_prompt_prefills_without_a_time_limit() {
+    let mut s = planned(PlannerConfig::default());
+    s.add(spec(1, Lane::Interactive, "chat", 300, 4)).unwrap();
+    let plan = step(&mut s);
+    assert_eq!(plan.chunks[0].len, 300);
+    assert_eq!(s.planner().last.interactive_ms, None);
+}
+
+#[test]
+fn batch_steps_stay_within_the_batch_target_and_never_come_out_empty() {
+    let mut s = planned(PlannerConfig {
+        batch_step_ms: 60.0,
+        ..PlannerConfig::default()
+    });
+    for id in 1..=4 {
+        s.add(spec(id, Lane::Batch, "bulk", 100, 20)).unwrap();
+    }
+    for _ in 0..20 {
+        let plan = step(&mut s);
+        let predicted = s.predict_ms(&plan);
+        assert!(predicted <= 60.0 + 1e-6, "{predicted}");
+        assert!(!plan.chunks.is_empty());
+    }
+    // A target below one token's cost still makes progress, a floor at a time.
+    let mut s = planned(PlannerConfig {
+        batch_step_ms: 1.0,
+        ..PlannerConfig::default()
+    });
+    s.add(spec(1, Lane::Batch, "bulk", 10, 3)).unwrap();
+    let mut steps = 0;
+    while s.sequence(SeqId(1)).is_some_and(|q| q.generated().len() < 3) {
+        let plan = step(&mut s);
+        assert_eq!(plan.num_tokens(), 1);
+        steps += 1;
+        assert!(steps < 20);
+    }
 }

@@ -40,6 +40,14 @@ impl Workload {
             revision_salt: [seed as u8; 32],
             batch_max_step_tokens: [0, 8, 32][rng.below(3)],
             batch_yields_to_prefill: seed.is_multiple_of(3),
+            planner: if seed.is_multiple_of(2) {
+                PlannerConfig {
+                    interactive_itl_ms: [0.0, 4.0][rng.below(2)],
+                    ..PlannerConfig::default()
+                }
+            } else {
+                PlannerConfig::TOKENS_ONLY
+            },
         };
         let prefixes = (0..3)
             .map(|_| {
@@ -121,6 +129,8 @@ impl Workload {
             self.cov.aborted += 1;
         }
         self.s.complete_step(&plan);
+        let ms = 1.0 + 0.3 * plan.num_tokens() as f64 + self.rng.below(3) as f64;
+        self.s.observe_step(&plan, ms);
         for c in plan.chunks.iter().filter(|c| c.sample) {
             self.s
                 .append_token(c.seq, self.rng.below(50_000) as u32)

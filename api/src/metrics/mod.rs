@@ -3,7 +3,9 @@
 //! ends; engine gauges and counters are copied from the engine's published
 //! stats at scrape time, so scraping never talks to the engine thread.
 
-use std::sync::Mutex;
+mod steps;
+
+use std::sync::{Arc, Mutex};
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
@@ -93,6 +95,8 @@ pub struct Metrics {
     edge_waiting: Family<ModelLabels, Gauge>,
     /// Engine counters as last copied, to turn totals into increments.
     last: Mutex<EngineStats>,
+    /// The step planner's figures, encoded by [`steps::StepCollector`].
+    steps: Arc<Mutex<steps::StepFigures>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -137,8 +141,13 @@ impl Metrics {
             out_of_envelope: Family::default(),
             edge_waiting: Family::default(),
             last: Mutex::new(EngineStats::default()),
+            steps: Arc::default(),
             registry: Registry::default(),
         };
+        registry.register_collector(Box::new(steps::StepCollector {
+            model: m.model.clone(),
+            latest: m.steps.clone(),
+        }));
         registry.register(
             "time_to_first_token_seconds",
             "Time from request arrival at the engine to its first token",
@@ -334,6 +343,13 @@ impl Metrics {
                 last.prefix_cache_hits,
             );
             *last = s.clone();
+            // An API in front of remote executors has no steps of its own.
+            if s.steps_total > 0 {
+                *self.steps.lock().unwrap() = steps::StepFigures {
+                    steps: Some(s.steps),
+                    planner: Some(s.planner),
+                };
+            }
         }
         self.edge_waiting
             .get_or_create(&self.model)
