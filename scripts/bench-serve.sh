@@ -7,6 +7,8 @@
 #
 #   scripts/bench-serve.sh                      # stoker only
 #   LLAMA_SERVER=/path/to/llama-server scripts/bench-serve.sh
+#   PLANNER_AB=1 scripts/bench-serve.sh         # also stoker without the step
+#                                               # planner's time targets ("stoker-before")
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -40,15 +42,23 @@ DATA="$(mktemp -d)"
 trap 'kill $SPID $LPID 2>/dev/null || true; rm -rf "$DATA"' EXIT
 SPID="" LPID=""
 
-PORT="$(free_port)"
-"$STOKER" serve --model "$MODEL" --listen "127.0.0.1:$PORT" --data-dir "$DATA/stoker" \
-    >"$DATA/stoker.log" 2>&1 &
-SPID=$!
-wait_up "http://127.0.0.1:$PORT/health/ready" "$SPID"
-echo "== stoker serve"
-"$STOKER" bench serve --url "http://127.0.0.1:$PORT" "${WORKLOAD[@]}" \
-    --save "$OUT/stoker.json" --plot "$OUT/stoker.svg" | tee "$OUT/stoker.txt"
-kill "$SPID"; wait "$SPID" 2>/dev/null || true; SPID=""
+run_stoker() { # NAME [VAR=VALUE ...]: one sweep against a fresh stoker serve
+    local name="$1"; shift
+    PORT="$(free_port)"
+    env "$@" "$STOKER" serve --model "$MODEL" --listen "127.0.0.1:$PORT" \
+        --data-dir "$DATA/$name" >"$DATA/$name.log" 2>&1 &
+    SPID=$!
+    wait_up "http://127.0.0.1:$PORT/health/ready" "$SPID"
+    echo "== $name"
+    "$STOKER" bench serve --url "http://127.0.0.1:$PORT" "${WORKLOAD[@]}" \
+        --save "$OUT/$name.json" --plot "$OUT/$name.svg" | tee "$OUT/$name.txt"
+    kill "$SPID"; wait "$SPID" 2>/dev/null || true; SPID=""
+}
+run_stoker stoker
+if [ -n "${PLANNER_AB:-}" ]; then
+    run_stoker stoker-before STOKER_ENGINE__ITL_TARGET_FACTOR=0 \
+        STOKER_ENGINE__BATCH_STEP_TARGET_MS=0 STOKER_ENGINE__MIN_PREFILL_CHUNK=0
+fi
 
 if [ -n "${LLAMA_SERVER:-}" ]; then
     PORT="$(free_port)"
@@ -68,7 +78,7 @@ python3 - "$OUT" <<'EOF'
 import json, os, sys
 out = sys.argv[1]
 rows = []
-for name in ("stoker", "llama-server"):
+for name in ("stoker", "stoker-before", "llama-server"):
     p = os.path.join(out, name + ".json")
     if not os.path.exists(p):
         continue
@@ -84,7 +94,9 @@ for n, lvl, ttft, tok, bounded in rows:
         print("%-13s   none" % n)
     else:
         print("%-13s %6g %12.1f %14.1f%s" % (n, lvl, ttft, tok, "" if bounded else "  (SLOs held at every level)"))
-if len(rows) == 2 and rows[0][1] and rows[1][1]:
-    print("stoker / llama-server at each knee: out tok/s %.2fx, TTFT p99 %.2fx"
-          % (rows[0][3] / rows[1][3], rows[0][2] / rows[1][2]))
+by = {r[0]: r for r in rows}
+if "llama-server" in by and by["stoker"][1] and by["llama-server"][1]:
+    s, l = by["stoker"], by["llama-server"]
+    print("stoker / llama-server at each knee: clients %.1fx, out tok/s %.2fx, TTFT p99 %.2fx"
+          % (s[1] / l[1], s[3] / l[3], s[2] / l[2]))
 EOF

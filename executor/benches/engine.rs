@@ -10,6 +10,8 @@
 //! (`throughput,prefix,turns,floors`, the default all) and
 //! `STOKER_BENCH_CONCURRENCY` the throughput table's rows (default `1,4,16,32`);
 //! `scripts/bench-llama-cpp.sh` uses them to run beside `llama-batched-bench`.
+//! `STOKER_BENCH_PLANNER=off` runs the engine without the step planner's
+//! time targets (token budgets only, as before it), for old/new A/B runs.
 
 use std::time::{Duration, Instant};
 
@@ -263,11 +265,18 @@ fn main() {
     let h = cfg.hidden;
     let per_layer = h * cfg.qkv_width() + h * h + 3 * h * cfg.ffn;
     let flops_per_token = 2.0 * (cfg.n_layers * per_layer + cfg.vocab_size * h) as f64;
+    let planner = match std::env::var("STOKER_BENCH_PLANNER").as_deref() {
+        Ok("off") => stoker_executor::scheduler::PlannerConfig::TOKENS_ONLY,
+        Ok("default") | Err(_) => stoker_executor::scheduler::PlannerConfig::default(),
+        Ok(other) => panic!("STOKER_BENCH_PLANNER: off or default, not {other}"),
+    };
+    println!("Step planner: {planner:?}\n");
     let engine = Engine::start(
         model,
         EngineConfig {
             max_num_seqs: 64,
             max_batched_tokens: 512,
+            planner,
             ..EngineConfig::default()
         },
     )

@@ -29,6 +29,9 @@ pub struct EnvelopeLimits {
     pub prefill_tok_s: Option<f64>,
     /// Output tokens per second across all sequences at the knee.
     pub throughput_tok_s: f64,
+    /// Time per output token, p95, the revision sustained at the knee; the
+    /// step planner's interactive target when the operator set none.
+    pub tpot_p95_ms: f64,
     pub prompt_tokens_p95: Option<u64>,
     pub output_tokens_p95: Option<u64>,
 }
@@ -48,6 +51,7 @@ impl From<&CapacityProfileView> for EnvelopeLimits {
                 .max(1),
             prefill_tok_s: e.prefill_tok_s,
             throughput_tok_s: e.throughput_tok_s,
+            tpot_p95_ms: e.tpot_p95_ms,
             prompt_tokens_p95: e.prompt_tokens_p95,
             output_tokens_p95: e.output_tokens_p95,
         }
@@ -121,6 +125,7 @@ mod tests {
             active_tokens: 1000,
             prefill_tok_s: None,
             throughput_tok_s: 10.0,
+            tpot_p95_ms: 30.0,
             prompt_tokens_p95: p95_in,
             output_tokens_p95: p95_out,
         }

@@ -584,6 +584,7 @@ mod tests {
             active_tokens,
             prefill_tok_s: Some(500.0),
             throughput_tok_s: 20.0,
+            tpot_p95_ms: 25.0,
             prompt_tokens_p95: Some(100),
             output_tokens_p95: Some(50),
         }

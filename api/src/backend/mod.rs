@@ -46,6 +46,9 @@ pub trait Backend: Send + Sync + 'static {
     fn executors(&self) -> Vec<(remote::capacity::Entry, bool)> {
         Vec::new()
     }
+    /// Puts step-planner targets in force where the steps run (in process;
+    /// remote executors plan their own steps from their own configuration).
+    fn set_planner(&self, _planner: stoker_executor::scheduler::PlannerConfig) {}
 }
 
 impl Artifact for Engine {
@@ -75,5 +78,8 @@ impl Backend for Engine {
     }
     fn kind(&self) -> &'static str {
         "in-process"
+    }
+    fn set_planner(&self, planner: stoker_executor::scheduler::PlannerConfig) {
+        Engine::set_planner(self, planner)
     }
 }

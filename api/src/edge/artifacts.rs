@@ -45,6 +45,9 @@ pub async fn apply_capacity_profile(state: &AppState) {
         let views = c.cp.projector().views().await;
         crate::admission::envelope::select(&views, &served.provenance.sha256)
     };
+    served
+        .backend
+        .set_planner(planner_for(&state.config.engine, profile.as_ref()));
     state.admission.set_profile(profile);
 }
 
@@ -61,4 +64,60 @@ pub fn spawn_profile_watch(state: &AppState) {
             apply_capacity_profile(&state).await;
         }
     });
+}
+
+/// The step planner's targets: the configuration's, except that a recorded
+/// capacity profile's TPOT p95 becomes the interactive target when the
+/// operator set no absolute one (`engine.itl_target_ms` 0).
+pub fn planner_for(
+    engine: &crate::config::EngineSection,
+    profile: Option<&crate::admission::envelope::EnvelopeLimits>,
+) -> stoker_executor::scheduler::PlannerConfig {
+    let mut p = engine.planner();
+    if let Some(profile) = profile
+        && p.interactive_itl_ms == 0.0
+        && profile.tpot_p95_ms.is_finite()
+        && profile.tpot_p95_ms > 0.0
+    {
+        p.interactive_itl_ms = profile.tpot_p95_ms;
+    }
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admission::envelope::EnvelopeLimits;
+    use crate::config::EngineSection;
+
+    fn profile(tpot: f64) -> EnvelopeLimits {
+        EnvelopeLimits {
+            deployment_id: "d".into(),
+            revision_id: "r".into(),
+            workload: "chat".into(),
+            recorded_at: chrono::Utc::now(),
+            recorded_by: "bench".into(),
+            concurrency: 4,
+            active_tokens: 1000,
+            prefill_tok_s: None,
+            throughput_tok_s: 10.0,
+            tpot_p95_ms: tpot,
+            prompt_tokens_p95: None,
+            output_tokens_p95: None,
+        }
+    }
+
+    #[test]
+    fn a_profile_sets_the_interactive_target_unless_the_operator_did() {
+        let engine = EngineSection::default();
+        assert_eq!(planner_for(&engine, None), engine.planner());
+        let p = planner_for(&engine, Some(&profile(28.5)));
+        assert_eq!(p.interactive_itl_ms, 28.5);
+        assert_eq!(p.batch_step_ms, engine.planner().batch_step_ms);
+        let set = EngineSection {
+            itl_target_ms: 40.0,
+            ..EngineSection::default()
+        };
+        assert_eq!(planner_for(&set, Some(&profile(28.5))).interactive_itl_ms, 40.0);
+    }
 }

@@ -180,6 +180,15 @@ impl EngineCore {
                     self.note_preempted(seq);
                 }
             }
+            Command::SetPlanner(planner) => {
+                if self.sched.planner().config != planner {
+                    match self.sched.set_planner(planner) {
+                        Ok(()) => tracing::info!(?planner, "step planner targets changed"),
+                        Err(e) => tracing::warn!(error = %e, "step planner targets refused"),
+                    }
+                    self.stats.planner = self.sched.planner();
+                }
+            }
             Command::Shutdown => return false,
         }
         true

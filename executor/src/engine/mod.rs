@@ -88,6 +88,8 @@ pub(crate) enum Command {
     Cancel(SeqId),
     /// Test hook: preempt a running sequence as if memory ran out.
     Preempt(SeqId),
+    /// New step-planner targets (a capacity profile came into force).
+    SetPlanner(crate::scheduler::PlannerConfig),
     Shutdown,
 }
 
@@ -214,6 +216,12 @@ impl Engine {
             cancel: self.tx.clone(),
             done: false,
         })
+    }
+
+    /// Puts new step-planner targets in force from the next step. Targets the
+    /// scheduler refuses (see `PlannerConfig`) are logged and ignored.
+    pub fn set_planner(&self, planner: crate::scheduler::PlannerConfig) {
+        let _ = self.tx.send(Command::SetPlanner(planner));
     }
 
     /// Test hook: preempts a running sequence (recompute) as memory pressure would.

@@ -293,6 +293,18 @@ impl Scheduler {
         }
     }
 
+    /// Replaces the planner's targets; refused (and nothing changed) when the
+    /// configuration with them would not validate.
+    pub fn set_planner(&mut self, planner: PlannerConfig) -> Result<(), ConfigError> {
+        let candidate = SchedulerConfig {
+            planner,
+            ..self.config.clone()
+        };
+        candidate.validate()?;
+        self.config = candidate;
+        Ok(())
+    }
+
     /// The cost model's prediction for a plan, in milliseconds.
     pub fn predict_ms(&self, plan: &StepPlan) -> f64 {
         self.cost.predict_ms(&step::features_of(&plan.chunks))

@@ -163,6 +163,28 @@ async fn sweep_finds_a_knee_records_a_profile_and_admission_enforces_it() {
     assert_eq!(adm["source"], "profile", "{adm}");
     assert_eq!(adm["max_outstanding"], envelope_c, "{adm}");
     assert_eq!(adm["profile"]["workload"], "e2e-short", "{adm}");
+    // With no absolute ITL target configured, the step planner takes the
+    // profile's measured TPOT p95 as its interactive target.
+    let tpot = profile["envelope"]["tpot_p95_ms"].as_f64().unwrap();
+    let mut planner = adm["planner"].clone();
+    for _ in 0..50 {
+        if planner["interactive_itl_mode"] == "absolute" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let adm: Value = client
+            .get(server.url("/admin/v1/admission"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        planner = adm["planner"].clone();
+    }
+    assert_eq!(planner["interactive_itl_mode"], "absolute", "{planner}");
+    let target = planner["interactive_itl_target_ms"].as_f64().unwrap();
+    assert!((target - tpot).abs() < 1e-9, "{target} vs {tpot}");
 
     // Hold the envelope's worth of streams open, each within the envelope's
     // tokens per request (32 + 64); one more is refused.
