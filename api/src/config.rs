@@ -646,7 +646,11 @@ mod tests {
             let e = Config::load_from(Some(&f), env_of(&[]), &Overrides::default()).unwrap_err();
             assert!(e.to_string().contains("engine.itl_target"), "{bad}: {e}");
         }
-        std::fs::write(&f, "[engine]\nitl_target_ms = 25.0\nmin_prefill_chunk = 8\n").unwrap();
+        std::fs::write(
+            &f,
+            "[engine]\nitl_target_ms = 25.0\nmin_prefill_chunk = 8\n",
+        )
+        .unwrap();
         let c = Config::load_from(Some(&f), env_of(&[]), &Overrides::default()).unwrap();
         assert_eq!(c.engine_config().planner.interactive_itl_ms, 25.0);
         assert_eq!(c.engine_config().planner.min_prefill_chunk, 8);

@@ -155,8 +155,14 @@ async fn first_start_records_the_default_deployment_revision_and_executor() {
     assert_eq!(p["interactive_itl_mode"], "relative", "{adm}");
     assert_eq!(p["interactive_itl_factor"], 2.0, "{adm}");
     assert_eq!(p["batch_step_target_ms"], 60.0, "{adm}");
-    assert!(p["step_cost"]["observations"].as_u64().unwrap() > 0, "{adm}");
-    assert!(p["step_cost"]["per_token_ms"].as_f64().unwrap() > 0.0, "{adm}");
+    assert!(
+        p["step_cost"]["observations"].as_u64().unwrap() > 0,
+        "{adm}"
+    );
+    assert!(
+        p["step_cost"]["per_token_ms"].as_f64().unwrap() > 0.0,
+        "{adm}"
+    );
     let (_, x) = c.admin("GET", "/admin/v1/executors", None).await;
     assert_eq!(x["data"][0]["executor_id"], "embedded-0");
     assert_eq!(x["data"][0]["status"], "active");

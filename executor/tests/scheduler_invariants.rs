@@ -8,7 +8,8 @@ use std::collections::HashSet;
 use stoker_executor::ids::{BLOCK_SIZE, BlockId, Lane, SeqId, TenantId};
 use stoker_executor::kv::blocks_for;
 use stoker_executor::scheduler::{
-    ConfigError, PerLane, PlannerConfig, Scheduler, SchedulerConfig, SchedulerError, SeqSpec, SeqStatus, StepPlan,
+    ConfigError, PerLane, PlannerConfig, Scheduler, SchedulerConfig, SchedulerError, SeqSpec,
+    SeqStatus, StepPlan,
 };
 use stoker_test_support::TestRng;
 

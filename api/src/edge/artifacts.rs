@@ -118,6 +118,9 @@ mod tests {
             itl_target_ms: 40.0,
             ..EngineSection::default()
         };
-        assert_eq!(planner_for(&set, Some(&profile(28.5))).interactive_itl_ms, 40.0);
+        assert_eq!(
+            planner_for(&set, Some(&profile(28.5))).interactive_itl_ms,
+            40.0
+        );
     }
 }

@@ -49,8 +49,12 @@ fn encode_histograms(
 ) -> Result<(), std::fmt::Error> {
     let mut m = enc.encode_descriptor(name, help, None, MetricType::Histogram)?;
     for (labels, h) in per_lane {
-        m.encode_family(labels)?
-            .encode_histogram::<NoLabelSet>(h.sum, h.count, &h.cumulative(), None)?;
+        m.encode_family(labels)?.encode_histogram::<NoLabelSet>(
+            h.sum,
+            h.count,
+            &h.cumulative(),
+            None,
+        )?;
     }
     Ok(())
 }

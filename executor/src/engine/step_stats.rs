@@ -147,10 +147,14 @@ mod tests {
                 batch: 4,
             },
         );
-        s.record(0.05, PerLane::default(), PerLane {
-            interactive: 0,
-            batch: 8,
-        });
+        s.record(
+            0.05,
+            PerLane::default(),
+            PerLane {
+                interactive: 0,
+                batch: 8,
+            },
+        );
         assert_eq!(s.seconds.interactive.count, 1);
         assert_eq!(s.seconds.batch.count, 1);
         assert_eq!(s.prefill_tokens.interactive.count, 0);

@@ -71,7 +71,9 @@ impl PlannerConfig {
 
     /// Whether any time target is set.
     pub fn is_timed(&self) -> bool {
-        self.interactive_itl_ms > 0.0 || self.interactive_itl_factor > 0.0 || self.batch_step_ms > 0.0
+        self.interactive_itl_ms > 0.0
+            || self.interactive_itl_factor > 0.0
+            || self.batch_step_ms > 0.0
     }
 }
 
@@ -161,9 +163,13 @@ impl SchedulerConfig {
             return Err(ConfigError::ZeroWaitingBound);
         }
         let p = self.planner;
-        let targets_ok = [p.interactive_itl_ms, p.interactive_itl_factor, p.batch_step_ms]
-            .iter()
-            .all(|t| t.is_finite() && *t >= 0.0)
+        let targets_ok = [
+            p.interactive_itl_ms,
+            p.interactive_itl_factor,
+            p.batch_step_ms,
+        ]
+        .iter()
+        .all(|t| t.is_finite() && *t >= 0.0)
             && (p.interactive_itl_factor == 0.0 || p.interactive_itl_factor >= 1.0);
         if !targets_ok {
             return Err(ConfigError::PlannerTarget(format!("{p:?}")));

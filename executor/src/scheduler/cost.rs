@@ -51,7 +51,12 @@ impl StepFeatures {
     /// The regression's input vector; attention in thousands of pairs keeps
     /// the four columns within a few orders of magnitude of each other.
     fn vector(&self) -> [f64; N] {
-        [1.0, self.tokens, self.sampled, self.attention_pairs / 1000.0]
+        [
+            1.0,
+            self.tokens,
+            self.sampled,
+            self.attention_pairs / 1000.0,
+        ]
     }
 
     pub fn is_empty(&self) -> bool {

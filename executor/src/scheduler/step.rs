@@ -60,10 +60,10 @@ use crate::ids::{BLOCK_SIZE, Lane, SeqId};
 use crate::kv::blocks_for;
 use crate::kv::hash::extend_chain;
 
-use super::{PerLane, Scheduler};
 use super::cost::StepFeatures;
 use super::plan::{AbortReason, ScheduledChunk, StepPlan};
 use super::sequence::SeqStatus;
+use super::{PerLane, Scheduler};
 
 /// The plan under construction and the budget it has left.
 struct Step {
@@ -143,18 +143,18 @@ impl Scheduler {
         for &id in &prefills.interactive {
             self.schedule_if_running(id, &mut step);
         }
-        let admit_batch = step.plan.preempted.is_empty() && self.admit_lane(Lane::Interactive, &mut step);
+        let admit_batch =
+            step.plan.preempted.is_empty() && self.admit_lane(Lane::Interactive, &mut step);
         step.budget += held;
 
         // 3. Batch work fills the slack.
-        let batch_target = (self.config.planner.batch_step_ms > 0.0)
-            .then_some(self.config.planner.batch_step_ms);
+        let batch_target =
+            (self.config.planner.batch_step_ms > 0.0).then_some(self.config.planner.batch_step_ms);
         step.limit_ms = tighter(interactive_limit, batch_target);
         self.targets.batch_ms = step.limit_ms;
         for &id in decoders.batch.iter().chain(&prefills.batch) {
-            batch_left -= self.with_budget_cap(batch_left, &mut step, |s, st| {
-                s.schedule_if_running(id, st)
-            });
+            batch_left -=
+                self.with_budget_cap(batch_left, &mut step, |s, st| s.schedule_if_running(id, st));
         }
         // An interactive head that cannot be admitted (no budget, slots,
         // blocks or time) also holds back the batch lane, so batch never

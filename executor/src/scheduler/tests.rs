@@ -2,8 +2,8 @@
 //! the public API cannot reach), tenant fairness at admission and the engine
 //! protocol's typed errors.
 
-use super::*;
 use super::step::features_of;
+use super::*;
 use crate::ids::{BLOCK_SIZE, TenantId};
 
 fn config() -> SchedulerConfig {
@@ -257,10 +257,10 @@ fn planned(planner: PlannerConfig) -> Scheduler {
 /// Runs steps until every sequence in `ids` decodes (has sampled a token).
 fn until_decoding(s: &mut Scheduler, ids: &[u64]) {
     for _ in 0..100 {
-        if ids
-            .iter()
-            .all(|&id| s.sequence(SeqId(id)).is_some_and(|q| !q.generated().is_empty()))
-        {
+        if ids.iter().all(|&id| {
+            s.sequence(SeqId(id))
+                .is_some_and(|q| !q.generated().is_empty())
+        }) {
             return;
         }
         step(s);
@@ -327,7 +327,10 @@ fn a_new_chat_prompt_starts_within_one_step_even_past_the_target() {
         .expect("admitted in the next step");
     assert_eq!(c.len, 32, "the floor, min_prefill_chunk");
     for id in 1..=6 {
-        assert!(plan.chunks.iter().any(|c| c.seq == SeqId(id)), "decoder {id}");
+        assert!(
+            plan.chunks.iter().any(|c| c.seq == SeqId(id)),
+            "decoder {id}"
+        );
     }
 }
 
@@ -362,7 +365,10 @@ fn batch_steps_stay_within_the_batch_target_and_never_come_out_empty() {
     });
     s.add(spec(1, Lane::Batch, "bulk", 10, 3)).unwrap();
     let mut steps = 0;
-    while s.sequence(SeqId(1)).is_some_and(|q| q.generated().len() < 3) {
+    while s
+        .sequence(SeqId(1))
+        .is_some_and(|q| q.generated().len() < 3)
+    {
         let plan = step(&mut s);
         assert_eq!(plan.num_tokens(), 1);
         steps += 1;
