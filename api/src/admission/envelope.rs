@@ -58,6 +58,27 @@ impl From<&CapacityProfileView> for EnvelopeLimits {
     }
 }
 
+#[cfg(test)]
+impl EnvelopeLimits {
+    /// A profile with plausible figures, for tests to adjust.
+    pub(crate) fn for_test() -> Self {
+        EnvelopeLimits {
+            deployment_id: "d".into(),
+            revision_id: "r".into(),
+            workload: "chat".into(),
+            recorded_at: Utc::now(),
+            recorded_by: "bench".into(),
+            concurrency: 4,
+            active_tokens: 1000,
+            prefill_tok_s: None,
+            throughput_tok_s: 10.0,
+            tpot_p95_ms: 30.0,
+            prompt_tokens_p95: None,
+            output_tokens_p95: None,
+        }
+    }
+}
+
 /// Why a request is outside the measured workload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OutOfEnvelope {
@@ -116,18 +137,9 @@ mod tests {
 
     fn limits(p95_in: Option<u64>, p95_out: Option<u64>) -> EnvelopeLimits {
         EnvelopeLimits {
-            deployment_id: "d".into(),
-            revision_id: "r".into(),
-            workload: "w".into(),
-            recorded_at: Utc::now(),
-            recorded_by: "t".into(),
-            concurrency: 4,
-            active_tokens: 1000,
-            prefill_tok_s: None,
-            throughput_tok_s: 10.0,
-            tpot_p95_ms: 30.0,
             prompt_tokens_p95: p95_in,
             output_tokens_p95: p95_out,
+            ..EnvelopeLimits::for_test()
         }
     }
 

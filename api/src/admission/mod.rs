@@ -142,19 +142,10 @@ pub struct PlannerReport {
     /// The limit the last step packed batch work to.
     pub batch_limit_in_force_ms: Option<f64>,
     pub min_prefill_chunk: usize,
-    pub step_cost: StepCostReport,
-}
-
-/// The online step-cost model: predicted ms = fixed + per token × tokens +
-/// per sampled row × rows + per 1k attention pairs × pairs / 1000.
-#[derive(Clone, Debug, Serialize)]
-pub struct StepCostReport {
-    pub fixed_ms: f64,
-    pub per_token_ms: f64,
-    pub per_sampled_row_ms: f64,
-    pub per_1k_attention_pairs_ms: f64,
-    pub observations: u64,
-    pub relative_error: f64,
+    /// The online step-cost model: predicted ms = fixed + per token ×
+    /// tokens + per sampled row × rows + per 1k attention pairs × pairs /
+    /// 1000, with its smoothed relative error on recent steps.
+    pub step_cost: stoker_executor::scheduler::CostSnapshot,
 }
 
 impl PlannerReport {
@@ -175,14 +166,7 @@ impl PlannerReport {
             batch_step_target_ms: positive(c.batch_step_ms),
             batch_limit_in_force_ms: p.last.batch_ms,
             min_prefill_chunk: c.min_prefill_chunk,
-            step_cost: StepCostReport {
-                fixed_ms: p.cost.fixed_ms,
-                per_token_ms: p.cost.per_token_ms,
-                per_sampled_row_ms: p.cost.per_sampled_row_ms,
-                per_1k_attention_pairs_ms: p.cost.per_1k_attention_pairs_ms,
-                observations: p.cost.observations,
-                relative_error: p.cost.relative_error,
-            },
+            step_cost: p.cost,
         }
     }
 }
@@ -575,18 +559,13 @@ mod tests {
 
     fn profile(concurrency: usize, active_tokens: usize) -> EnvelopeLimits {
         EnvelopeLimits {
-            deployment_id: "d".into(),
-            revision_id: "r".into(),
-            workload: "chat".into(),
-            recorded_at: chrono::Utc::now(),
-            recorded_by: "bench".into(),
             concurrency,
             active_tokens,
             prefill_tok_s: Some(500.0),
             throughput_tok_s: 20.0,
-            tpot_p95_ms: 25.0,
             prompt_tokens_p95: Some(100),
             output_tokens_p95: Some(50),
+            ..EnvelopeLimits::for_test()
         }
     }
 

@@ -92,18 +92,8 @@ mod tests {
 
     fn profile(tpot: f64) -> EnvelopeLimits {
         EnvelopeLimits {
-            deployment_id: "d".into(),
-            revision_id: "r".into(),
-            workload: "chat".into(),
-            recorded_at: chrono::Utc::now(),
-            recorded_by: "bench".into(),
-            concurrency: 4,
-            active_tokens: 1000,
-            prefill_tok_s: None,
-            throughput_tok_s: 10.0,
             tpot_p95_ms: tpot,
-            prompt_tokens_p95: None,
-            output_tokens_p95: None,
+            ..EnvelopeLimits::for_test()
         }
     }
 

@@ -104,7 +104,7 @@ impl Default for CostModel {
 }
 
 /// A read-only view of the model, for metrics and the admission report.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct CostSnapshot {
     pub fixed_ms: f64,
     pub per_token_ms: f64,

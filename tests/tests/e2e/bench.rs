@@ -152,14 +152,17 @@ async fn sweep_finds_a_knee_records_a_profile_and_admission_enforces_it() {
             .any(|p| p["workload"] == "e2e-short"),
         "{listed}"
     );
-    let adm: Value = client
-        .get(server.url("/admin/v1/admission"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let admission = || async {
+        client
+            .get(server.url("/admin/v1/admission"))
+            .send()
+            .await
+            .unwrap()
+            .json::<Value>()
+            .await
+            .unwrap()
+    };
+    let adm = admission().await;
     assert_eq!(adm["source"], "profile", "{adm}");
     assert_eq!(adm["max_outstanding"], envelope_c, "{adm}");
     assert_eq!(adm["profile"]["workload"], "e2e-short", "{adm}");
@@ -172,15 +175,7 @@ async fn sweep_finds_a_knee_records_a_profile_and_admission_enforces_it() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-        let adm: Value = client
-            .get(server.url("/admin/v1/admission"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        planner = adm["planner"].clone();
+        planner = admission().await["planner"].clone();
     }
     assert_eq!(planner["interactive_itl_mode"], "absolute", "{planner}");
     let target = planner["interactive_itl_target_ms"].as_f64().unwrap();
