@@ -7,6 +7,9 @@
 #
 #   scripts/bench-serve.sh                      # stoker only
 #   LLAMA_SERVER=/path/to/llama-server scripts/bench-serve.sh
+#   LLAMA_SERVER_ARGS=-nr ...                  # extra llama-server flags (-nr: no
+#                                               # repacked/extra buffer types, where
+#                                               # the CPU's AMX path dies with SIGILL)
 #   PLANNER_AB=1 scripts/bench-serve.sh         # also stoker without the step
 #                                               # planner's time targets ("stoker-before")
 set -euo pipefail
@@ -65,7 +68,7 @@ if [ -n "${LLAMA_SERVER:-}" ]; then
     # As many slots as the highest level, each with the model's 2048-token
     # window; continuous batching is llama-server's default.
     "$LLAMA_SERVER" -m "$MODEL" --host 127.0.0.1 --port "$PORT" -np 32 -c 65536 \
-        -t "$(nproc)" --metrics >"$DATA/llama.log" 2>&1 &
+        -t "$(nproc)" --metrics ${LLAMA_SERVER_ARGS:-} >"$DATA/llama.log" 2>&1 &
     LPID=$!
     wait_up "http://127.0.0.1:$PORT/health" "$LPID"
     echo "== llama-server"
