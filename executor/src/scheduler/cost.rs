@@ -40,14 +40,6 @@ impl StepFeatures {
         }
     }
 
-    pub fn add(self, o: StepFeatures) -> StepFeatures {
-        StepFeatures {
-            tokens: self.tokens + o.tokens,
-            sampled: self.sampled + o.sampled,
-            attention_pairs: self.attention_pairs + o.attention_pairs,
-        }
-    }
-
     /// The regression's input vector; attention in thousands of pairs keeps
     /// the four columns within a few orders of magnitude of each other.
     fn vector(&self) -> [f64; N] {
@@ -61,6 +53,18 @@ impl StepFeatures {
 
     pub fn is_empty(&self) -> bool {
         self.tokens == 0.0
+    }
+}
+
+impl std::ops::Add for StepFeatures {
+    type Output = StepFeatures;
+
+    fn add(self, o: StepFeatures) -> StepFeatures {
+        StepFeatures {
+            tokens: self.tokens + o.tokens,
+            sampled: self.sampled + o.sampled,
+            attention_pairs: self.attention_pairs + o.attention_pairs,
+        }
     }
 }
 
@@ -187,8 +191,9 @@ fn solve(mut a: [[f64; N]; N], mut b: [f64; N]) -> Option<[f64; N]> {
         b.swap(col, pivot);
         for row in col + 1..N {
             let f = a[row][col] / a[col][col];
-            for k in col..N {
-                a[row][k] -= f * a[col][k];
+            let pivot_row = a[col];
+            for (x, p) in a[row][col..].iter_mut().zip(&pivot_row[col..]) {
+                *x -= f * p;
             }
             b[row] -= f * b[col];
         }
@@ -217,10 +222,10 @@ mod tests {
             for prefill in [0usize, 16, 64, 256] {
                 let mut f = StepFeatures::default();
                 for r in 0..rows {
-                    f = f.add(StepFeatures::chunk(100 + 37 * r, 1, true));
+                    f = f + StepFeatures::chunk(100 + 37 * r, 1, true);
                 }
                 if prefill > 0 {
-                    f = f.add(StepFeatures::chunk(0, prefill, true));
+                    f = f + StepFeatures::chunk(0, prefill, true);
                 }
                 out.push(f);
             }
@@ -249,7 +254,7 @@ mod tests {
         let one = StepFeatures::chunk(0, 1, true);
         assert!(m.predict_ms(&one) > 0.0);
         assert_eq!(m.predict_ms(&StepFeatures::default()), 0.0);
-        let more = one.add(StepFeatures::chunk(10, 32, true));
+        let more = one + StepFeatures::chunk(10, 32, true);
         assert!(m.predict_ms(&more) > m.predict_ms(&one));
     }
 
@@ -272,7 +277,7 @@ mod tests {
         }
         let one = StepFeatures::chunk(50, 1, true);
         assert!((m.predict_ms(&one) - 9.0).abs() < 0.5);
-        let two = one.add(StepFeatures::chunk(60, 1, true));
+        let two = one + StepFeatures::chunk(60, 1, true);
         assert!(m.predict_ms(&two) >= m.predict_ms(&one));
     }
 

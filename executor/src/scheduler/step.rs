@@ -90,7 +90,7 @@ impl Step {
 /// The cost-model features of a plan's chunks.
 pub(super) fn features_of(chunks: &[ScheduledChunk]) -> StepFeatures {
     chunks.iter().fold(StepFeatures::default(), |f, c| {
-        f.add(StepFeatures::chunk(c.start, c.len, c.sample))
+        f + StepFeatures::chunk(c.start, c.len, c.sample)
     })
 }
 
@@ -221,7 +221,7 @@ impl Scheduler {
         let load = features_of(&step.plan.chunks);
         let cost = |len: usize| {
             self.cost
-                .predict_ms(&load.add(StepFeatures::chunk(start, len, start + len == total)))
+                .predict_ms(&(load + StepFeatures::chunk(start, len, start + len == total)))
         };
         let fitted = if cost(want) <= limit {
             want

@@ -243,9 +243,9 @@ fn planned(planner: PlannerConfig) -> Scheduler {
             for prefill in [0usize, 16, 64, 200] {
                 let mut f = StepFeatures::default();
                 for _ in 0..rows {
-                    f = f.add(StepFeatures::chunk(0, 1, true));
+                    f = f + StepFeatures::chunk(0, 1, true);
                 }
-                f = f.add(StepFeatures::chunk(0, prefill, prefill > 0));
+                f = f + StepFeatures::chunk(0, prefill, prefill > 0);
                 let ms = 4.0 + 2.0 * f.tokens + 0.5 * f.sampled;
                 s.cost.observe(&f, ms);
             }
