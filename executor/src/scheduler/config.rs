@@ -51,9 +51,10 @@ pub struct PlannerConfig {
     /// prefills and batch rows at most double a chat's inter-token latency).
     /// 0 together with `interactive_itl_ms` 0: no time target, tokens only.
     pub interactive_itl_factor: f64,
-    /// Batch work (rows and prefill chunks) fills a step only up to this many
-    /// predicted ms, which also bounds how long an interactive arrival waits
-    /// behind a batch step (0: no target).
+    /// Batch prefill chunks fill a step only up to this many predicted ms,
+    /// which also bounds how long an interactive arrival waits behind a
+    /// batch step (0: no target). Running batch rows answer only to the
+    /// interactive target and `batch_max_step_tokens`.
     pub batch_step_ms: f64,
     /// The first interactive prefill of a step gets at least this many
     /// tokens even past the target, so a new prompt starts within one step.
@@ -68,13 +69,6 @@ impl PlannerConfig {
         batch_step_ms: 0.0,
         min_prefill_chunk: 0,
     };
-
-    /// Whether any time target is set.
-    pub fn is_timed(&self) -> bool {
-        self.interactive_itl_ms > 0.0
-            || self.interactive_itl_factor > 0.0
-            || self.batch_step_ms > 0.0
-    }
 }
 
 impl Default for PlannerConfig {

@@ -15,11 +15,12 @@
 //!    `min_prefill_chunk` tokens, so a new prompt starts within one step of
 //!    arriving when KV allows. Tokens for the running batch decoders are held
 //!    back from this stage, so a long prompt never takes a decode token;
-//! 3. batch decoders, batch prefills and batch admissions, only as far as the
-//!    step still fits the tighter of the interactive target and
-//!    `batch_step_ms`, and at most `batch_max_step_tokens`: batch work fills
-//!    exactly the slack. With `batch_yields_to_prefill`, batch gets nothing
-//!    while interactive work waits or prefills.
+//! 3. batch decoders as far as the step fits the interactive target, then
+//!    batch prefills and admissions as far as it fits the tighter of that
+//!    target and `batch_step_ms`, all at most `batch_max_step_tokens`: batch
+//!    work fills exactly the slack, and a batch-only step is long only by as
+//!    much prefill as `batch_step_ms` allows. With `batch_yields_to_prefill`,
+//!    batch gets nothing while interactive work waits or prefills.
 //!
 //! A step without interactive decoders has no interactive target, so a lone
 //! prompt prefills as fast as it would without the planner. A step never comes
@@ -147,12 +148,20 @@ impl Scheduler {
             step.plan.preempted.is_empty() && self.admit_lane(Lane::Interactive, &mut step);
         step.budget += held;
 
-        // 3. Batch work fills the slack.
+        // 3. Batch work fills the slack. Batch decode rows answer only to
+        // the interactive target (and the token cap): `batch_step_ms` bounds
+        // the prefill chunks, which are what make a batch step long, so a
+        // cost model that overestimates rows never starves running batch rows.
         let batch_target =
             (self.config.planner.batch_step_ms > 0.0).then_some(self.config.planner.batch_step_ms);
+        step.limit_ms = interactive_limit;
+        for &id in &decoders.batch {
+            batch_left -=
+                self.with_budget_cap(batch_left, &mut step, |s, st| s.schedule_if_running(id, st));
+        }
         step.limit_ms = tighter(interactive_limit, batch_target);
         self.targets.batch_ms = step.limit_ms;
-        for &id in decoders.batch.iter().chain(&prefills.batch) {
+        for &id in &prefills.batch {
             batch_left -=
                 self.with_budget_cap(batch_left, &mut step, |s, st| s.schedule_if_running(id, st));
         }
