@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use stoker_api::Config;
 use stoker_api::roles::{self, Server};
+use stoker_executor::scheduler::PlannerConfig;
 use stoker_executor::{EngineEvent, Lane, SamplingParams, TenantId, ValidRequest};
 
 const OUTPUT_TOKENS: usize = 8;
@@ -304,6 +305,7 @@ fn main() {
         c.batch.max_lines = rows.max(50_000);
         c.engine.threads = env_usize("STOKER_THREADS", 0);
         let conc = c.batch.row_concurrency * c.batch.max_running_shards;
+        let c_engine = c.engine.clone();
         let server: Server = roles::start(c).await.unwrap();
         server.wait_ready(Duration::from_secs(300)).await.unwrap();
         let served = server.state.served().unwrap();
@@ -315,6 +317,25 @@ fn main() {
         println!("Batch lane: {rows} completion rows, {OUTPUT_TOKENS} output tokens each, greedy, {conc} rows in flight\n");
         // Warm up both paths.
         engine_rows(artifact.clone(), engine.clone(), 900_000, 32, conc).await;
+        // The step planner against token budgets alone, same rows, in
+        // alternating halves so drift on a shared machine hits both.
+        let planner = c_engine.planner();
+        let (mut on, mut off) = (Duration::ZERO, Duration::ZERO);
+        for (round, half) in [(0, rows / 2), (1, rows - rows / 2)] {
+            for tokens_only in [false, true] {
+                engine.set_planner(if tokens_only { PlannerConfig::TOKENS_ONLY } else { planner });
+                let offset = 700_000 + round * 50_000 + usize::from(tokens_only) * 20_000;
+                let (wall, _) = engine_rows(artifact.clone(), engine.clone(), offset, half, conc).await;
+                *(if tokens_only { &mut off } else { &mut on }) += wall;
+            }
+        }
+        engine.set_planner(planner);
+        let (on_rs, off_rs) = (rows as f64 / on.as_secs_f64(), rows as f64 / off.as_secs_f64());
+        println!("| engine batch lane, direct | rows/s |");
+        println!("|---|---|");
+        println!("| step planner (defaults) | {on_rs:.1} |");
+        println!("| token budgets only | {off_rs:.1} |");
+        println!("| planner / token budgets | {:.3} |\n", on_rs / off_rs);
         let (e_wall, e_tok) = engine_rows(artifact.clone(), engine.clone(), 100_000, rows, conc).await;
         let t0 = Instant::now();
         let id = upload(&client, &base, &model, rows, 300_000).await;

@@ -23,7 +23,10 @@
 //!    batch gets nothing while interactive work waits or prefills.
 //!
 //! A step without interactive decoders has no interactive target, so a lone
-//! prompt prefills as fast as it would without the planner. A step never comes
+//! prompt prefills as fast as it would without the planner; in such a step
+//! the first batch prefill also gets at least `min_prefill_chunk` tokens past
+//! `batch_step_ms`, so new batch rows keep starting while running ones fill
+//! the target (continuous batching, not waves). A step never comes
 //! out empty while work can run: if nothing fits the targets, the oldest
 //! candidate still gets one token. Admissions skip prefix-cached full
 //! blocks, always compute at least the last token so its logits exist, go
@@ -75,6 +78,9 @@ struct Step {
     limit_ms: Option<f64>,
     /// Whether this step's first interactive prefill has had its floor.
     floor_used: bool,
+    /// Whether the first batch prefill of this step may still take the
+    /// floor: only in a step with no interactive target.
+    batch_floor: bool,
 }
 
 impl Step {
@@ -84,6 +90,7 @@ impl Step {
             budget,
             limit_ms: None,
             floor_used: false,
+            batch_floor: false,
         }
     }
 }
@@ -160,6 +167,7 @@ impl Scheduler {
                 self.with_budget_cap(batch_left, &mut step, |s, st| s.schedule_if_running(id, st));
         }
         step.limit_ms = tighter(interactive_limit, batch_target);
+        step.batch_floor = interactive_limit.is_none();
         self.targets.batch_ms = step.limit_ms;
         for &id in &prefills.batch {
             batch_left -=
@@ -217,16 +225,17 @@ impl Scheduler {
             return want;
         };
         let min_chunk = self.config.planner.min_prefill_chunk;
-        let floor = if step.plan.chunks.is_empty() {
+        let floor = if lane == Lane::Interactive && !step.floor_used {
+            step.floor_used = true;
+            want.min(min_chunk.max(1))
+        } else if lane == Lane::Batch && step.batch_floor {
+            step.batch_floor = false;
+            want.min(min_chunk.max(1))
+        } else if step.plan.chunks.is_empty() {
             want.min(1)
-        } else if lane == Lane::Interactive && !step.floor_used {
-            want.min(min_chunk)
         } else {
             0
         };
-        if lane == Lane::Interactive {
-            step.floor_used = true;
-        }
         let load = features_of(&step.plan.chunks);
         let cost = |len: usize| {
             self.cost
