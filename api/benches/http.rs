@@ -91,7 +91,9 @@ async fn engine_one(artifact: &dyn Artifact, engine: &dyn Backend, ids: Vec<u32>
     let mut tokens = 0;
     while let Some(ev) = h.next().await {
         match ev.unwrap_or_else(|e| panic!("{e}")) {
-            EngineEvent::Delta { token_ids, text } => {
+            EngineEvent::Delta {
+                token_ids, text, ..
+            } => {
                 if ttft.is_none() && !text.is_empty() {
                     ttft = Some(t0.elapsed());
                 }

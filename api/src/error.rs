@@ -370,6 +370,7 @@ impl From<ValidationError> for ApiError {
             BadTemperature(_) => "temperature",
             BadTopP(_) => "top_p",
             BadTopK => "top_k",
+            TooManyTopLogprobs { .. } => "top_logprobs",
             TooManyStops { .. } | BadStop { .. } => "stop",
         };
         ApiError::invalid(e.to_string(), param)

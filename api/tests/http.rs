@@ -167,9 +167,19 @@ fn validation_errors_have_typed_bodies() {
             json!({"model": m, "messages": user, "response_format": {"type": "json_object"}}),
         ),
         (
-            "logprobs",
+            "top_logprobs 21",
             "/v1/chat/completions",
-            json!({"model": m, "messages": user, "logprobs": true}),
+            json!({"model": m, "messages": user, "logprobs": true, "top_logprobs": 21}),
+        ),
+        (
+            "top_logprobs without logprobs",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "top_logprobs": 2}),
+        ),
+        (
+            "completion logprobs -1",
+            "/v1/completions",
+            json!({"model": m, "prompt": "x", "logprobs": -1}),
         ),
         (
             "presence penalty",
@@ -509,6 +519,119 @@ fn sse_framing_matches_openai_and_the_non_streamed_answer() {
             last.get("usage").is_none(),
             "no usage field without include_usage"
         );
+    });
+}
+
+#[test]
+fn logprobs_stream_per_chunk_as_the_whole_answer_has_them() {
+    let s = shared();
+    rt().block_on(async {
+        let mut body = chat("Name three colors.", 10);
+        body["logprobs"] = json!(true);
+        body["top_logprobs"] = json!(3);
+        let whole: Value = post(s, "/v1/chat/completions", body.clone())
+            .await
+            .json()
+            .await
+            .unwrap();
+        let content = whole["choices"][0]["logprobs"]["content"]
+            .as_array()
+            .unwrap()
+            .clone();
+        assert_eq!(
+            content.len() as u64,
+            whole["usage"]["completion_tokens"].as_u64().unwrap()
+        );
+        let mut bytes = Vec::new();
+        for t in &content {
+            let lp = t["logprob"].as_f64().unwrap();
+            assert!(lp <= 0.0, "{t}");
+            let top = t["top_logprobs"].as_array().unwrap();
+            assert_eq!(top.len(), 3, "{t}");
+            // Greedy: the sampled token is the likeliest.
+            assert_eq!(top[0]["logprob"].as_f64().unwrap(), lp, "{t}");
+            assert_eq!(top[0]["token"], t["token"]);
+            bytes.extend(
+                t["bytes"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|b| b.as_u64().unwrap() as u8),
+            );
+        }
+        let text = whole["choices"][0]["message"]["content"].as_str().unwrap();
+        assert_eq!(
+            String::from_utf8(bytes).unwrap(),
+            text,
+            "the tokens spell the answer"
+        );
+        // Not asked: null.
+        let plain: Value = post(s, "/v1/chat/completions", chat("Name three colors.", 3))
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert!(plain["choices"][0]["logprobs"].is_null());
+
+        body["stream"] = json!(true);
+        let raw = post(s, "/v1/chat/completions", body)
+            .await
+            .text()
+            .await
+            .unwrap();
+        let f = frames(&raw);
+        let streamed: Vec<Value> = f[..f.len() - 1]
+            .iter()
+            .map(|(_, d)| serde_json::from_str::<Value>(d).unwrap())
+            .filter_map(|c| c["choices"][0]["logprobs"]["content"].as_array().cloned())
+            .flatten()
+            .collect();
+        assert_eq!(streamed, content);
+
+        // Completions: the legacy shape, text offsets continuing over chunks.
+        let req = json!({"model": MODEL_ID, "prompt": "The sky is", "max_tokens": 6,
+            "temperature": 0, "logprobs": 2, "ignore_eos": true});
+        let whole: Value = post(s, "/v1/completions", req.clone())
+            .await
+            .json()
+            .await
+            .unwrap();
+        let lp = &whole["choices"][0]["logprobs"];
+        let tokens: Vec<&str> = lp["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_str().unwrap())
+            .collect();
+        assert_eq!(tokens.len(), 6);
+        assert_eq!(lp["token_logprobs"].as_array().unwrap().len(), 6);
+        assert!(lp["top_logprobs"].as_array().unwrap().iter().all(|m| {
+            let n = m.as_object().unwrap().len();
+            (1..=2).contains(&n)
+        }));
+        let offsets: Vec<u64> = lp["text_offset"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o.as_u64().unwrap())
+            .collect();
+        let mut at = 0;
+        for (t, o) in tokens.iter().zip(&offsets) {
+            assert_eq!(*o, at);
+            at += t.chars().count() as u64;
+        }
+        let mut req = req;
+        req["stream"] = json!(true);
+        let raw = post(s, "/v1/completions", req).await.text().await.unwrap();
+        let f = frames(&raw);
+        let mut s_offsets = Vec::new();
+        for (_, d) in &f[..f.len() - 1] {
+            let c: Value = serde_json::from_str(d).unwrap();
+            if let Some(o) = c["choices"][0]["logprobs"]["text_offset"].as_array() {
+                s_offsets.extend(o.iter().map(|o| o.as_u64().unwrap()));
+            }
+        }
+        assert_eq!(s_offsets, offsets);
     });
 }
 

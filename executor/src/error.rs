@@ -96,6 +96,8 @@ pub enum ValidationError {
     BadStop { max: usize },
     #[error("token id {id} is outside the vocabulary of {vocab} tokens")]
     TokenOutOfRange { id: u32, vocab: usize },
+    #[error("at most {max} top log probabilities per token, got {got}")]
+    TooManyTopLogprobs { got: usize, max: usize },
 }
 
 /// Why the engine refused or ended a request.

@@ -27,6 +27,10 @@ pub struct SamplingParams {
     pub stop_token_ids: Vec<u32>,
     /// Stop at the model's end-of-sequence tokens (normally true).
     pub stop_at_eos: bool,
+    /// Report each sampled token's log probability and this many (at most
+    /// [`MAX_TOP_LOGPROBS`](crate::logprobs::MAX_TOP_LOGPROBS)) most likely
+    /// alternatives; `None`: no log probabilities.
+    pub logprobs: Option<usize>,
 }
 
 impl Default for SamplingParams {
@@ -40,6 +44,7 @@ impl Default for SamplingParams {
             stop: Vec::new(),
             stop_token_ids: Vec::new(),
             stop_at_eos: true,
+            logprobs: None,
         }
     }
 }
@@ -159,6 +164,14 @@ fn validate_params(p: &SamplingParams) -> Result<(), ValidationError> {
     }
     if p.max_tokens == 0 {
         return Err(ValidationError::ZeroMaxTokens);
+    }
+    if let Some(n) = p.logprobs
+        && n > crate::logprobs::MAX_TOP_LOGPROBS
+    {
+        return Err(ValidationError::TooManyTopLogprobs {
+            got: n,
+            max: crate::logprobs::MAX_TOP_LOGPROBS,
+        });
     }
     if p.stop.len() > MAX_STOP_STRINGS {
         return Err(ValidationError::TooManyStops {

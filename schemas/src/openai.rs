@@ -2,7 +2,7 @@
 //! completions and model listing.
 //!
 //! Requests keep every field the OpenAI API defines that changes the result,
-//! even those stoker does not serve yet (`n`, `tools`, `logprobs`, ...), so the
+//! even those stoker does not serve yet (`n`, `tools`, `response_format`, ...), so the
 //! API can refuse them by name instead of silently ignoring them. Fields the
 //! API does not know are ignored, as OpenAI clients expect.
 
@@ -109,8 +109,11 @@ pub struct ChatCompletionRequest {
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub logit_bias: Option<Value>,
+    /// Return the log probability of each output token
+    /// (`choices[].logprobs.content`).
     #[serde(default)]
     pub logprobs: Option<bool>,
+    /// 0-20 most likely alternatives per output token; needs `logprobs`.
     #[serde(default)]
     pub top_logprobs: Option<i64>,
     #[serde(default)]
@@ -183,6 +186,8 @@ pub struct CompletionRequest {
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub logit_bias: Option<Value>,
+    /// Log probabilities of each output token and of up to this many (0-20)
+    /// most likely alternatives, in the legacy completions shape.
     #[serde(default)]
     pub logprobs: Option<i64>,
 }
@@ -214,8 +219,49 @@ pub struct ChatChoice {
     pub message: ChatMessageOut,
     /// `stop` or `length`.
     pub finish_reason: String,
-    #[schema(value_type = Option<Object>)]
-    pub logprobs: Option<Value>,
+    /// Set when the request asked for `logprobs`.
+    pub logprobs: Option<ChatLogprobs>,
+}
+
+/// `choices[].logprobs` of a chat completion or chunk: one entry per output
+/// token. Log probabilities are the log-softmax of the model's raw logits,
+/// before temperature, top-k, top-p, penalties or bias; a masked token has
+/// -9999.0.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ChatLogprobs {
+    pub content: Vec<ChatTokenLogprob>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ChatTokenLogprob {
+    /// The token's text (U+FFFD where its bytes are not whole UTF-8).
+    pub token: String,
+    pub logprob: f32,
+    /// The token's bytes.
+    pub bytes: Vec<u8>,
+    /// The `top_logprobs` most likely tokens at this position, most likely
+    /// first.
+    pub top_logprobs: Vec<TopLogprob>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct TopLogprob {
+    pub token: String,
+    pub logprob: f32,
+    pub bytes: Vec<u8>,
+}
+
+/// `choices[].logprobs` of a completion (the legacy shape), one entry per
+/// output token in each list.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct CompletionLogprobs {
+    pub tokens: Vec<String>,
+    pub token_logprobs: Vec<f32>,
+    /// Token text to log probability of the `logprobs` most likely tokens.
+    pub top_logprobs: Vec<std::collections::BTreeMap<String, f32>>,
+    /// Where each token's text starts in `text` (characters), counted from
+    /// the start of this choice's text across all chunks of a stream.
+    pub text_offset: Vec<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -244,8 +290,8 @@ pub struct ChatChunkChoice {
     pub index: u32,
     pub delta: ChatDelta,
     pub finish_reason: Option<String>,
-    #[schema(value_type = Option<Object>)]
-    pub logprobs: Option<Value>,
+    /// This chunk's tokens, when the request asked for `logprobs`.
+    pub logprobs: Option<ChatLogprobs>,
 }
 
 /// One SSE `data:` payload of a streamed chat completion.
@@ -270,8 +316,8 @@ pub struct CompletionChoice {
     pub text: String,
     /// `stop` or `length`; null on streamed chunks before the last.
     pub finish_reason: Option<String>,
-    #[schema(value_type = Option<Object>)]
-    pub logprobs: Option<Value>,
+    /// Set when the request asked for `logprobs`.
+    pub logprobs: Option<CompletionLogprobs>,
 }
 
 /// A completion, or one SSE `data:` payload of a streamed one.

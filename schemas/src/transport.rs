@@ -36,6 +36,20 @@ pub struct WireSampling {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stop_token_ids: Vec<u32>,
     pub stop_at_eos: bool,
+    /// Log probabilities of each sampled token and of this many (0-20)
+    /// alternatives; absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<u32>,
+}
+
+/// A sampled token's log probability and the most likely alternatives at
+/// its position, as `[id, logprob]` pairs, most likely first.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct WireLogprob {
+    pub id: u32,
+    pub logprob: f32,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub top: Vec<(u32, f32)>,
 }
 
 /// One interactive generation, sent to the partition of the executor the API
@@ -78,12 +92,13 @@ pub struct ReplyMessage {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ReplyEvent {
     /// The engine scheduled the request after `queue_ms` in its queue.
-    Started {
-        queue_ms: f64,
-    },
+    Started { queue_ms: f64 },
     Delta {
         text: String,
         token_ids: Vec<u32>,
+        /// One per token id when the job asked for log probabilities.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        logprobs: Vec<WireLogprob>,
     },
     Finished {
         /// `stop`, `length` or `cancelled`.
@@ -101,10 +116,7 @@ pub enum ReplyEvent {
     /// The request ended with the error of this catalogue code.
     // A code this build does not know reads as `ErrorCode::Unknown`, so the
     // reply still ends the request.
-    Error {
-        code: ErrorCode,
-        message: String,
-    },
+    Error { code: ErrorCode, message: String },
 }
 
 /// Sent to every executor; each acts on what names it.

@@ -51,6 +51,7 @@ fn job() -> JobMessage {
             stop: vec!["\n\n".into()],
             stop_token_ids: vec![],
             stop_at_eos: true,
+            logprobs: Some(2),
         },
         lane: "interactive".into(),
         tenant: "default".into(),
@@ -67,6 +68,16 @@ fn bodies_round_trip() {
         ReplyEvent::Delta {
             text: "héllo".into(),
             token_ids: vec![5, 6],
+            logprobs: vec![],
+        },
+        ReplyEvent::Delta {
+            text: "x".into(),
+            token_ids: vec![9],
+            logprobs: vec![stoker_schemas::transport::WireLogprob {
+                id: 9,
+                logprob: -0.125,
+                top: vec![(9, -0.125), (4, -2.0)],
+            }],
         },
         ReplyEvent::Error {
             code: ErrorCode::ServerOverloaded,

@@ -1,6 +1,6 @@
 """The official OpenAI SDK against a stoker server with no API keys: models, chat and
-completions (plain and streamed, with usage), the x-stoker-* headers, and the
-context-length error."""
+completions (plain and streamed, with usage), log probabilities, the x-stoker-*
+headers, and the context-length error."""
 
 import hashlib
 
@@ -154,6 +154,47 @@ text = "".join(chc.text for ch in chunks for chc in ch.choices if chc.text)
 check(text.strip(), "no text in completion chunks")
 check(text == comp_text, f"temperature 0: streamed {text!r} != non-streamed {comp_text!r}")
 check(last.usage.completion_tokens == cu.completion_tokens, f"usage {last.usage} vs {cu}")
+
+
+# --- log probabilities ------------------------------------------------------------
+step("chat.completions with logprobs=True, top_logprobs=5 (plain and streamed)")
+lp_chat = c.chat.completions.create(
+    model=MODEL, messages=CHAT, max_tokens=8, temperature=0, logprobs=True, top_logprobs=5
+)
+content = lp_chat.choices[0].logprobs.content
+check(
+    len(content) == lp_chat.usage.completion_tokens,
+    f"{len(content)} logprobs for {lp_chat.usage.completion_tokens} tokens",
+)
+for t in content:
+    check(t.logprob <= 0 and len(t.top_logprobs) == 5, f"bad entry {t}")
+    check(t.top_logprobs[0].token == t.token, f"greedy token is not the likeliest: {t}")
+spelled = b"".join(bytes(t.bytes) for t in content).decode()
+check(spelled == lp_chat.choices[0].message.content, f"{spelled!r} != the answer")
+streamed = [
+    t
+    for ch in c.chat.completions.create(
+        model=MODEL, messages=CHAT, max_tokens=8, temperature=0, logprobs=True, top_logprobs=5,
+        stream=True,
+    )
+    for chc in ch.choices
+    if chc.logprobs and chc.logprobs.content
+    for t in chc.logprobs.content
+]
+check(
+    [(t.token, t.logprob) for t in streamed] == [(t.token, t.logprob) for t in content],
+    "streamed logprobs differ from the whole answer's",
+)
+step("completions with logprobs=3")
+lp_comp = c.completions.create(model=MODEL, prompt=PROMPT, max_tokens=5, temperature=0, logprobs=3)
+lp = lp_comp.choices[0].logprobs
+check(len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset), f"{lp}")
+check("".join(lp.tokens) == lp_comp.choices[0].text, f"{lp.tokens} != {lp_comp.choices[0].text!r}")
+try:
+    c.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=2, logprobs=True, top_logprobs=21)
+    fail("top_logprobs=21 was accepted")
+except openai.BadRequestError as e:
+    check(e.code == "invalid_value", f"top_logprobs=21: code {e.code!r}")
 
 
 # --- context length exceeded -----------------------------------------------------

@@ -187,6 +187,7 @@ mod tests {
         tx.send(Ok(EngineEvent::Delta {
             text: "a".into(),
             token_ids: vec![1],
+            logprobs: Vec::new(),
         }))
         .unwrap();
         tx.send(Err(BackendError::remote(ErrorCode::ExecutorLost, "gone")))
@@ -194,6 +195,7 @@ mod tests {
         tx.send(Ok(EngineEvent::Delta {
             text: "late".into(),
             token_ids: vec![2],
+            logprobs: Vec::new(),
         }))
         .unwrap();
         assert!(matches!(

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use stoker_executor::engine::{EngineEvent, FinishReason, Timings, Usage};
-use stoker_executor::{Lane, SamplingParams};
-use stoker_schemas::transport::{ReplyEvent, WireSampling};
+use stoker_executor::{Lane, SamplingParams, TokenLogprob};
+use stoker_schemas::transport::{ReplyEvent, WireLogprob, WireSampling};
 
 use super::{BackendError, Report};
 use crate::error::{ApiError, RetryAfter};
@@ -20,6 +20,7 @@ pub fn sampling_to_wire(p: &SamplingParams) -> WireSampling {
         stop: p.stop.clone(),
         stop_token_ids: p.stop_token_ids.clone(),
         stop_at_eos: p.stop_at_eos,
+        logprobs: p.logprobs.map(|n| n as u32),
     }
 }
 
@@ -33,6 +34,23 @@ pub fn sampling_from_wire(w: &WireSampling) -> SamplingParams {
         stop: w.stop.clone(),
         stop_token_ids: w.stop_token_ids.clone(),
         stop_at_eos: w.stop_at_eos,
+        logprobs: w.logprobs.map(|n| n as usize),
+    }
+}
+
+fn logprob_to_wire(l: &TokenLogprob) -> WireLogprob {
+    WireLogprob {
+        id: l.id,
+        logprob: l.logprob,
+        top: l.top.clone(),
+    }
+}
+
+fn logprob_from_wire(w: WireLogprob) -> TokenLogprob {
+    TokenLogprob {
+        id: w.id,
+        logprob: w.logprob,
+        top: w.top,
     }
 }
 
@@ -69,9 +87,14 @@ pub fn event_to_wire(ev: &EngineEvent) -> ReplyEvent {
         EngineEvent::Started { queue } => ReplyEvent::Started {
             queue_ms: ms(*queue),
         },
-        EngineEvent::Delta { text, token_ids } => ReplyEvent::Delta {
+        EngineEvent::Delta {
+            text,
+            token_ids,
+            logprobs,
+        } => ReplyEvent::Delta {
             text: text.clone(),
             token_ids: token_ids.clone(),
+            logprobs: logprobs.iter().map(logprob_to_wire).collect(),
         },
         EngineEvent::Finished {
             reason,
@@ -123,7 +146,15 @@ pub fn event_from_wire(ev: ReplyEvent) -> Report {
         ReplyEvent::Started { queue_ms } => Ok(EngineEvent::Started {
             queue: dur(queue_ms),
         }),
-        ReplyEvent::Delta { text, token_ids } => Ok(EngineEvent::Delta { text, token_ids }),
+        ReplyEvent::Delta {
+            text,
+            token_ids,
+            logprobs,
+        } => Ok(EngineEvent::Delta {
+            text,
+            token_ids,
+            logprobs: logprobs.into_iter().map(logprob_from_wire).collect(),
+        }),
         ReplyEvent::Finished {
             reason,
             prompt_tokens,
@@ -175,6 +206,16 @@ mod tests {
             EngineEvent::Delta {
                 text: "hi".into(),
                 token_ids: vec![1, 2],
+                logprobs: Vec::new(),
+            },
+            EngineEvent::Delta {
+                text: " there".into(),
+                token_ids: vec![7],
+                logprobs: vec![stoker_executor::TokenLogprob {
+                    id: 7,
+                    logprob: -0.25,
+                    top: vec![(7, -0.25), (3, -1.5)],
+                }],
             },
             EngineEvent::Finished {
                 reason: FinishReason::Length,
@@ -250,6 +291,11 @@ mod tests {
         assert!(dur(1e300) <= Duration::from_secs(1_000_000_000));
         assert_eq!(lane_from_wire("turbo"), None);
         let sp = SamplingParams::greedy(9);
+        assert_eq!(sampling_from_wire(&sampling_to_wire(&sp)), sp);
+        let sp = SamplingParams {
+            logprobs: Some(5),
+            ..SamplingParams::greedy(9)
+        };
         assert_eq!(sampling_from_wire(&sampling_to_wire(&sp)), sp);
     }
 }

@@ -10,12 +10,14 @@
 
 use std::time::{Duration, Instant};
 
-use stoker_executor::Lane;
+use std::sync::Arc;
+
 use stoker_executor::engine::{EngineEvent, FinishReason, Timings, Usage};
+use stoker_executor::{Lane, TokenLogprob};
 use tokio::sync::watch;
 
 use crate::admission::{Demand, Ticket};
-use crate::backend::{Generation, Served};
+use crate::backend::{Artifact, Generation, Served};
 use crate::edge::validate::Prepared;
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -32,12 +34,21 @@ pub struct Running {
     pub lane: Lane,
     pub stream: bool,
     pub include_usage: bool,
+    /// The served artifact, whose tokenizer spells the tokens of log
+    /// probabilities, when the request asked for them.
+    pub logprobs: Option<Arc<dyn Artifact>>,
 }
 
 /// What the caller sees next.
 #[derive(Debug)]
 pub enum Step {
-    Text(String),
+    /// Text and, when asked for, the log probabilities of the tokens that
+    /// made it (text may be empty while a character or stop string is
+    /// incomplete, if tokens came).
+    Text {
+        text: String,
+        logprobs: Vec<TokenLogprob>,
+    },
     Done {
         reason: FinishReason,
         usage: Usage,
@@ -83,6 +94,12 @@ async fn submit(
     mut ticket: Option<Ticket>,
 ) -> Result<Running, ApiError> {
     let lane = prepared.request.lane();
+    let logprobs = prepared
+        .request
+        .params()
+        .logprobs
+        .is_some()
+        .then(|| served.artifact.clone());
     tracing::debug!(
         prompt_tokens = prepared.prompt_tokens(),
         max_tokens = prepared.max_tokens(),
@@ -121,6 +138,7 @@ async fn submit(
         lane,
         stream: prepared.stream,
         include_usage: prepared.include_usage,
+        logprobs,
     })
 }
 
@@ -160,8 +178,14 @@ impl Running {
             };
             return match ev? {
                 Ok(EngineEvent::Started { .. }) => continue,
-                Ok(EngineEvent::Delta { text, .. }) if text.is_empty() => continue,
-                Ok(EngineEvent::Delta { text, .. }) => Some(Step::Text(text)),
+                Ok(EngineEvent::Delta { text, logprobs, .. })
+                    if text.is_empty() && logprobs.is_empty() =>
+                {
+                    continue;
+                }
+                Ok(EngineEvent::Delta { text, logprobs, .. }) => {
+                    Some(Step::Text { text, logprobs })
+                }
                 Ok(EngineEvent::Finished {
                     reason,
                     usage,
@@ -201,6 +225,10 @@ pub fn log_finished(id: &str, reason: FinishReason, usage: &Usage, t: &Timings) 
 /// Everything a non-streaming request produced.
 pub struct Collected {
     pub text: String,
+    /// One per output token when the request asked for log probabilities.
+    pub logprobs: Vec<TokenLogprob>,
+    /// Whether it asked (an answer with no tokens still says `content: []`).
+    pub asked_logprobs: bool,
     pub reason: FinishReason,
     pub usage: Usage,
     pub timings: Timings,
@@ -214,9 +242,16 @@ pub async fn collect(
 ) -> Result<Collected, ApiError> {
     let started = Instant::now();
     let mut text = String::new();
+    let mut logprobs = Vec::new();
     while let Some(step) = run.next(state).await {
         match step {
-            Step::Text(t) => text.push_str(&t),
+            Step::Text {
+                text: t,
+                logprobs: l,
+            } => {
+                text.push_str(&t);
+                logprobs.extend(l);
+            }
             Step::Done {
                 reason,
                 usage,
@@ -228,6 +263,8 @@ pub async fn collect(
                 log_finished(id, reason, &usage, &timings);
                 return Ok(Collected {
                     text,
+                    logprobs,
+                    asked_logprobs: run.logprobs.is_some(),
                     reason,
                     usage,
                     timings,

@@ -139,6 +139,8 @@ fn common_params(c: &Common<'_>) -> Result<SamplingParams, ApiError> {
         stop,
         stop_token_ids: Vec::new(),
         stop_at_eos: !c.ignore_eos.unwrap_or(false),
+        // Set by each route, whose fields differ.
+        logprobs: None,
     })
 }
 
@@ -269,9 +271,8 @@ pub fn chat(req: ChatCompletionRequest, tenant: &str, t: &Target) -> Result<Prep
             ));
         }
     }
-    if req.logprobs == Some(true) || req.top_logprobs.is_some_and(|n| n > 0) {
-        return Err(ApiError::unsupported("logprobs", "log probabilities"));
-    }
+    let mut params = params;
+    params.logprobs = chat_logprobs(req.logprobs, req.top_logprobs)?;
     let prompt = chat_prompt(&req.messages, true, t)?;
     let requested = match max_tokens(req.max_completion_tokens, "max_completion_tokens")? {
         Some(n) => Some(n),
@@ -288,6 +289,32 @@ pub fn chat(req: ChatCompletionRequest, tenant: &str, t: &Target) -> Result<Prep
         tenant,
         t,
     )
+}
+
+/// Chat's `logprobs` and `top_logprobs` as the engine takes them: OpenAI
+/// refuses `top_logprobs` without `logprobs: true`, and so do we.
+fn chat_logprobs(on: Option<bool>, top: Option<i64>) -> Result<Option<usize>, ApiError> {
+    match (on.unwrap_or(false), top) {
+        (true, top) => Ok(Some(top_logprobs(top.unwrap_or(0), "top_logprobs")?)),
+        (false, None) => Ok(None),
+        (false, Some(_)) => Err(ApiError::invalid(
+            "`top_logprobs` needs `logprobs: true`",
+            "top_logprobs",
+        )),
+    }
+}
+
+/// A count of alternatives per token, 0 to 20.
+fn top_logprobs(n: i64, param: &'static str) -> Result<usize, ApiError> {
+    let max = stoker_executor::logprobs::MAX_TOP_LOGPROBS;
+    if (0..=max as i64).contains(&n) {
+        Ok(n as usize)
+    } else {
+        Err(ApiError::invalid(
+            format!("`{param}` must be between 0 and {max}, got {n}"),
+            param,
+        ))
+    }
 }
 
 /// A conversation rendered with the served model's chat template and tokenized, as
@@ -452,9 +479,11 @@ pub fn completion(req: CompletionRequest, tenant: &str, t: &Target) -> Result<Pr
     if req.suffix.as_ref().is_some_and(|s| !s.is_empty()) {
         return Err(ApiError::unsupported("suffix", "a suffix (insertion)"));
     }
-    if req.logprobs.is_some() {
-        return Err(ApiError::unsupported("logprobs", "log probabilities"));
-    }
+    let mut params = params;
+    params.logprobs = match req.logprobs {
+        None => None,
+        Some(n) => Some(top_logprobs(n, "logprobs")?),
+    };
     let tok = t.served.artifact.tokenizer();
     let encode = |text: &str| encode_prompt(tok, text, true);
     let ids = |v: &[i64]| token_ids(v, t.limits.vocab_size, "prompt");

@@ -130,10 +130,11 @@ async fn answer(state: &AppState, row: &RowRequest, slot: &LogSlot) -> Result<Va
     };
     let c = generate::collect(&env.id, running, state, served).await?;
     slot.finished(c.reason.as_str(), &c.usage, &c.timings);
+    let tok = served.artifact.tokenizer();
     let v = if chat {
-        serde_json::to_value(chat_body(env, c))
+        serde_json::to_value(chat_body(env, c, tok))
     } else {
-        serde_json::to_value(completion_body(env, c))
+        serde_json::to_value(completion_body(env, c, tok))
     };
     v.map_err(|e| ApiError::Internal(e.to_string()))
 }

@@ -6,6 +6,7 @@
 
 pub mod batch_rows;
 pub mod extract;
+pub mod logprobs;
 pub mod openapi;
 pub mod routes;
 pub mod sse;

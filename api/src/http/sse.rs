@@ -15,9 +15,12 @@ use stoker_schemas::openai::{
     ChatChunkChoice, ChatCompletionChunk, ChatDelta, Completion, CompletionChoice, Usage,
 };
 
+use stoker_executor::TokenLogprob;
+
 use crate::edge::generate::{Running, Step};
 use crate::edge::reqlog::LogSlot;
 use crate::error::ApiError;
+use crate::http::logprobs;
 use crate::state::AppState;
 
 /// Which OpenAI object the stream carries.
@@ -69,6 +72,10 @@ struct Chunker {
     kind: Kind,
     env: Envelope,
     include_usage: bool,
+    /// Spells log probabilities, when the request asked for them.
+    logprobs: Option<std::sync::Arc<dyn crate::backend::Artifact>>,
+    /// Characters of completion text streamed so far (`text_offset`).
+    offset: u64,
 }
 
 impl Chunker {
@@ -76,7 +83,14 @@ impl Chunker {
         self.include_usage.then_some(u)
     }
 
-    fn text(&self, text: Option<String>, role: bool, finish: Option<&str>) -> Vec<u8> {
+    fn text(
+        &mut self,
+        text: Option<String>,
+        lps: &[TokenLogprob],
+        role: bool,
+        finish: Option<&str>,
+    ) -> Vec<u8> {
+        let art = self.logprobs.as_ref().filter(|_| !lps.is_empty());
         match self.kind {
             Kind::Chat => data_frame(&ChatCompletionChunk {
                 id: self.env.id.clone(),
@@ -91,7 +105,7 @@ impl Chunker {
                         content: text,
                     },
                     finish_reason: finish.map(str::to_string),
-                    logprobs: None,
+                    logprobs: art.map(|a| logprobs::chat(a.tokenizer(), lps)),
                 }],
                 usage: self.usage_field(None),
             }),
@@ -105,7 +119,8 @@ impl Chunker {
                     index: 0,
                     text: text.unwrap_or_default(),
                     finish_reason: finish.map(str::to_string),
-                    logprobs: None,
+                    logprobs: art
+                        .map(|a| logprobs::completion(a.tokenizer(), lps, &mut self.offset)),
                 }],
                 usage: self.usage_field(None),
             }),
@@ -169,6 +184,8 @@ pub fn response(run: Running, app: AppState, kind: Kind, env: Envelope, slot: Lo
         kind,
         env,
         include_usage: run.include_usage,
+        logprobs: run.logprobs.clone(),
+        offset: 0,
     };
     slot.defer();
     let st = StreamState {
@@ -188,11 +205,13 @@ pub fn response(run: Running, app: AppState, kind: Kind, env: Envelope, slot: Lo
         }
         let mut out = Vec::new();
         if st.first && st.chunker.kind == Kind::Chat {
-            out.extend(st.chunker.text(Some(String::new()), true, None));
+            out.extend(st.chunker.text(Some(String::new()), &[], true, None));
         }
         st.first = false;
         match st.run.next(&st.app).await {
-            Some(Step::Text(t)) => out.extend(st.chunker.text(Some(t), false, None)),
+            Some(Step::Text { text, logprobs }) => {
+                out.extend(st.chunker.text(Some(text), &logprobs, false, None))
+            }
             Some(Step::Done {
                 reason,
                 usage,
@@ -205,10 +224,10 @@ pub fn response(run: Running, app: AppState, kind: Kind, env: Envelope, slot: Lo
                 st.log.slot.finished(reason.as_str(), &usage, &timings);
                 crate::edge::generate::log_finished(&st.chunker.env.id, reason, &usage, &timings);
                 let last = match st.chunker.kind {
-                    Kind::Chat => st.chunker.text(None, false, Some(reason.as_str())),
+                    Kind::Chat => st.chunker.text(None, &[], false, Some(reason.as_str())),
                     Kind::Completion => {
                         st.chunker
-                            .text(Some(String::new()), false, Some(reason.as_str()))
+                            .text(Some(String::new()), &[], false, Some(reason.as_str()))
                     }
                 };
                 out.extend(last);

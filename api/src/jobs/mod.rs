@@ -396,7 +396,8 @@ impl JobServer {
                 ev,
                 Ok(EngineEvent::Finished { .. } | EngineEvent::Error(_)) | Err(_)
             );
-            if matches!(&ev, Ok(EngineEvent::Delta { text, .. }) if text.is_empty()) {
+            if matches!(&ev, Ok(EngineEvent::Delta { text, logprobs, .. }) if text.is_empty() && logprobs.is_empty())
+            {
                 continue;
             }
             if !self.reply(&job, &mut seq, wire::report_to_wire(&ev)).await {

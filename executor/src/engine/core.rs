@@ -13,6 +13,7 @@ use super::{Command, EngineConfig, ModelInfo};
 use crate::detokenize::IncrementalDetokenizer;
 use crate::error::{EngineError, ModelError};
 use crate::ids::{Lane, SeqId};
+use crate::logprobs::{TokenLogprob, token_logprob};
 use crate::model::row_order::AttentionOrder;
 use crate::model::{ForwardChunk, KvStorage, Model, Workspace};
 use crate::request::SamplingParams;
@@ -31,6 +32,8 @@ struct SeqState {
     prompt_len: usize,
     generated: usize,
     pending_ids: Vec<u32>,
+    /// Log probabilities of `pending_ids`, when the request asked for them.
+    pending_logprobs: Vec<TokenLogprob>,
     submitted_at: Instant,
     first_scheduled_at: Option<Instant>,
     first_token_at: Option<Instant>,
@@ -246,6 +249,7 @@ impl EngineCore {
                 prompt_len: request.prompt().len(),
                 generated: 0,
                 pending_ids: Vec::new(),
+                pending_logprobs: Vec::new(),
                 submitted_at,
                 first_scheduled_at: None,
                 first_token_at: None,
@@ -382,6 +386,10 @@ impl EngineCore {
             return;
         };
         let tok = sample(logits, &s.params, &mut s.rng, &mut self.sample_scratch);
+        let logprob = s
+            .params
+            .logprobs
+            .map(|n| token_logprob(logits, tok, n, &mut self.sample_scratch));
         s.generated += 1;
         self.stats.generation_tokens_total += 1;
         if s.first_token_at.is_none() {
@@ -399,16 +407,19 @@ impl EngineCore {
             };
             text.push_str(&s.stop.flush());
             let ids = std::mem::take(&mut s.pending_ids);
+            let logprobs = std::mem::take(&mut s.pending_logprobs);
             if !text.is_empty() || !ids.is_empty() {
                 let _ = s.events.send(EngineEvent::Delta {
                     text,
                     token_ids: ids,
+                    logprobs,
                 });
             }
             self.finish(seq, FinishReason::Stop);
             return;
         }
         s.pending_ids.push(tok);
+        s.pending_logprobs.extend(logprob);
         let mut stopped = false;
         let mut out = String::new();
         match s.detok.push(&self.model.tokenizer, tok) {
@@ -446,10 +457,12 @@ impl EngineCore {
         }
         if !out.is_empty() || stopped || at_length {
             let ids = std::mem::take(&mut s.pending_ids);
+            let logprobs = std::mem::take(&mut s.pending_logprobs);
             if !out.is_empty() || !ids.is_empty() {
                 let _ = s.events.send(EngineEvent::Delta {
                     text: out,
                     token_ids: ids,
+                    logprobs,
                 });
             }
         }

@@ -58,8 +58,14 @@ pub enum EngineEvent {
     /// event knows the request was admitted by the engine.
     Started { queue: Duration },
     /// Newly decoded text (never a broken UTF-8 sequence, never part of a stop
-    /// string) and the token ids that produced it.
-    Delta { text: String, token_ids: Vec<u32> },
+    /// string) and the token ids that produced it; with their log
+    /// probabilities, one per id, when the request asked for them
+    /// ([`SamplingParams::logprobs`](crate::SamplingParams)), else empty.
+    Delta {
+        text: String,
+        token_ids: Vec<u32>,
+        logprobs: Vec<crate::TokenLogprob>,
+    },
     /// The request ended; always the last event unless `Error` came first.
     Finished {
         reason: FinishReason,

@@ -284,6 +284,8 @@ impl std::fmt::Debug for RequestHandle {
 pub struct Collected {
     pub text: String,
     pub token_ids: Vec<u32>,
+    /// One per token id when the request asked for log probabilities.
+    pub logprobs: Vec<crate::TokenLogprob>,
     pub finish: Option<FinishReason>,
     pub usage: Usage,
     pub timings: Timings,
@@ -343,9 +345,14 @@ impl RequestHandle {
         let mut c = Collected::default();
         while let Some(ev) = self.next_blocking() {
             match ev {
-                EngineEvent::Delta { text, token_ids } => {
+                EngineEvent::Delta {
+                    text,
+                    token_ids,
+                    logprobs,
+                } => {
                     c.text.push_str(&text);
                     c.token_ids.extend(token_ids);
+                    c.logprobs.extend(logprobs);
                 }
                 EngineEvent::Finished {
                     reason,

@@ -296,6 +296,33 @@ impl ModelTokenizer {
         self.inner.id_to_token(id)
     }
 
+    /// The bytes token `id` stands for, as OpenAI's `logprobs` report them
+    /// (`bytes`): `Ġ`-escaped byte-level BPE mapped back through GPT-2's byte
+    /// alphabet, `▁` pieces as spaces and `<0xXX>` as the byte, special tokens
+    /// as their text. Empty for an id outside the vocabulary.
+    pub fn token_bytes(&self, id: u32) -> Vec<u8> {
+        if id as usize >= self.vocab_size {
+            return Vec::new();
+        }
+        if let Some(pieces) = &self.pieces {
+            return pieces.bytes[id as usize].to_vec();
+        }
+        let Some(token) = self.inner.id_to_token(id) else {
+            return Vec::new();
+        };
+        if self.is_special(id) {
+            return token.into_bytes();
+        }
+        let mut out = Vec::with_capacity(token.len());
+        for c in token.chars() {
+            match gpt2_byte(c) {
+                Some(b) => out.push(b),
+                None => out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
+            }
+        }
+        out
+    }
+
     /// Whether `id` is a special (unknown, control or user-defined) token. False for
     /// out-of-range ids.
     pub fn is_special(&self, id: u32) -> bool {
@@ -313,4 +340,21 @@ impl ModelTokenizer {
     pub fn inner(&self) -> &Tokenizer {
         &self.inner
     }
+}
+
+/// The byte a character of GPT-2's byte-level alphabet stands for: printable
+/// bytes (`!`..`~`, `¡`..`¬`, `®`..`ÿ`) are themselves, the other 68 are
+/// U+0100 onwards in byte order (so a space is `Ġ`, U+0120).
+fn gpt2_byte(c: char) -> Option<u8> {
+    let printable =
+        |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
+    let cp = c as u32;
+    if cp < 256 {
+        return printable(cp).then_some(cp as u8);
+    }
+    let n = cp.checked_sub(256)? as usize;
+    (0u32..256)
+        .filter(|&b| !printable(b))
+        .nth(n)
+        .map(|b| b as u8)
 }

@@ -5,6 +5,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use stoker_executor::Lane;
+use stoker_executor::tokenizer::ModelTokenizer;
 use stoker_schemas::openai::{
     ChatChoice, ChatCompletion, ChatCompletionRequest, ChatMessageOut, Completion,
     CompletionChoice, CompletionRequest,
@@ -17,6 +18,7 @@ use crate::edge::routing::{self, Target};
 use crate::edge::validate::{self, Prepared};
 use crate::error::ApiError;
 use crate::http::extract::ApiJson;
+use crate::http::logprobs;
 use crate::http::sse::{self, Envelope, Kind};
 use crate::state::{AppState, unix_now};
 
@@ -156,9 +158,10 @@ async fn run(
     let queue_ms = running.queue.as_millis() as u64;
     let c = generate::collect(&env.id, running, &state, served).await?;
     slot.finished(c.reason.as_str(), &c.usage, &c.timings);
+    let tok = served.artifact.clone();
     let mut resp = match kind {
-        Kind::Chat => axum::Json(chat_body(env, c)).into_response(),
-        Kind::Completion => axum::Json(completion_body(env, c)).into_response(),
+        Kind::Chat => axum::Json(chat_body(env, c, tok.tokenizer())).into_response(),
+        Kind::Completion => axum::Json(completion_body(env, c, tok.tokenizer())).into_response(),
     };
     resp.headers_mut()
         .insert("x-stoker-queue-ms", HeaderValue::from(queue_ms));
@@ -166,8 +169,10 @@ async fn run(
     Ok(resp)
 }
 
-/// The `chat.completion` object of a finished request.
-pub fn chat_body(env: Envelope, c: generate::Collected) -> ChatCompletion {
+/// The `chat.completion` object of a finished request; `tok` spells its
+/// log probabilities, if it has them.
+pub fn chat_body(env: Envelope, c: generate::Collected, tok: &ModelTokenizer) -> ChatCompletion {
+    let logprobs = c.asked_logprobs.then(|| logprobs::chat(tok, &c.logprobs));
     ChatCompletion {
         id: env.id,
         object: "chat.completion".into(),
@@ -181,14 +186,18 @@ pub fn chat_body(env: Envelope, c: generate::Collected) -> ChatCompletion {
                 content: c.text,
             },
             finish_reason: c.reason.as_str().to_string(),
-            logprobs: None,
+            logprobs,
         }],
         usage: sse::usage_of(&c.usage),
     }
 }
 
-/// The `text_completion` object of a finished request.
-pub fn completion_body(env: Envelope, c: generate::Collected) -> Completion {
+/// The `text_completion` object of a finished request; `tok` spells its
+/// log probabilities, if it has them.
+pub fn completion_body(env: Envelope, c: generate::Collected, tok: &ModelTokenizer) -> Completion {
+    let logprobs = c
+        .asked_logprobs
+        .then(|| logprobs::completion(tok, &c.logprobs, &mut 0));
     Completion {
         id: env.id,
         object: "text_completion".into(),
@@ -199,7 +208,7 @@ pub fn completion_body(env: Envelope, c: generate::Collected) -> Completion {
             index: 0,
             text: c.text,
             finish_reason: Some(c.reason.as_str().to_string()),
-            logprobs: None,
+            logprobs,
         }],
         usage: Some(Some(sse::usage_of(&c.usage))),
     }
