@@ -37,11 +37,7 @@ pub fn token_logprob(
     top_n: usize,
     scratch: &mut Vec<(f32, u32)>,
 ) -> TokenLogprob {
-    let max = logits
-        .iter()
-        .copied()
-        .filter(|v| v.is_finite())
-        .fold(f32::NEG_INFINITY, f32::max);
+    let max = crate::sampling::finite_max(logits);
     if !max.is_finite() {
         return TokenLogprob {
             id: chosen,

@@ -60,6 +60,15 @@ pub fn argmax(logits: &[f32]) -> u32 {
     best as u32
 }
 
+/// The largest finite logit; negative infinity when there is none.
+pub fn finite_max(logits: &[f32]) -> f32 {
+    logits
+        .iter()
+        .copied()
+        .filter(|v| v.is_finite())
+        .fold(f32::NEG_INFINITY, f32::max)
+}
+
 /// How many candidates are sorted before falling back to a full sort for top-p.
 const TOP_P_FAST_CANDIDATES: usize = 1024;
 
@@ -74,11 +83,7 @@ pub fn sample(
         return argmax(logits);
     }
     let inv_t = 1.0 / params.temperature;
-    let max = logits
-        .iter()
-        .copied()
-        .filter(|v| v.is_finite())
-        .fold(f32::NEG_INFINITY, f32::max);
+    let max = finite_max(logits);
     if !max.is_finite() {
         return argmax(logits);
     }
