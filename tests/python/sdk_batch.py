@@ -18,6 +18,18 @@ TERMINAL = ("completed", "failed", "expired", "cancelled")
 c = client()
 MODEL = model_id(c)
 step(f"model {MODEL}")
+# What an online answer names in its headers, every output line names in its body.
+_h = c.chat.completions.with_raw_response.create(
+    model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=1
+).headers
+ONLINE_PROVENANCE = {
+    "revision": _h.get("x-stoker-revision"),
+    "model_sha256": _h.get("x-stoker-model-sha256"),
+    "tokenizer_sha256": _h.get("x-stoker-tokenizer-sha256"),
+    "template_sha256": _h.get("x-stoker-template-sha256"),
+}
+for k, v in ONLINE_PROVENANCE.items():
+    check(v, f"the online answer has no {k} header")
 
 QUESTIONS = [
     "What is the capital of France?",
@@ -115,6 +127,10 @@ def check_output_line(line, what):
     body = resp.get("body") or {}
     fp = body.get("system_fingerprint") or ""
     check(fp.startswith("fp_"), f"{what}: system_fingerprint {fp!r}")
+    prov = body.get("stoker_provenance") or {}
+    for k, v in ONLINE_PROVENANCE.items():
+        check(prov.get(k) == v, f"{what}: stoker_provenance.{k} {prov.get(k)!r}, online {v!r}")
+    check(prov.get("executor"), f"{what}: stoker_provenance names no executor: {prov}")
     choices = body.get("choices") or []
     check(len(choices) == 1, f"{what}: {len(choices)} choices: {body}")
     content = (choices[0].get("message") or {}).get("content")

@@ -12,7 +12,8 @@ use super::{Artifact, Backend};
 use crate::config::LimitsConfig;
 use crate::metrics::Metrics;
 
-/// Which exact artifact answers: sent on every response.
+/// Which exact artifact answers, and what shaped its input: sent on every
+/// response (headers) and on every batch output line (`stoker_provenance`).
 #[derive(Clone, Debug)]
 pub struct Provenance {
     pub model_id: String,
@@ -20,39 +21,65 @@ pub struct Provenance {
     pub sha256: String,
     pub executor: String,
     pub fingerprint: String,
+    /// Of the tokenizer the prompt was encoded with.
+    pub tokenizer_sha256: String,
+    /// Of the chat template that rendered the conversation.
+    pub template_sha256: String,
 }
 
 impl Provenance {
-    pub fn new(model_id: String, sha256: String, executor: String) -> Self {
-        let revision = default_revision_id(&sha256);
-        Self::of_revision(model_id, revision, sha256, executor)
-    }
-
-    /// The provenance of a named revision of a deployment.
-    pub fn of_revision(
+    pub fn new(
         model_id: String,
-        revision: String,
-        sha256: String,
+        identity: &stoker_executor::model::ModelIdentity,
         executor: String,
     ) -> Self {
+        let revision = default_revision_id(&identity.sha256);
+        Provenance {
+            fingerprint: format!("fp_{revision}"),
+            model_id,
+            revision,
+            sha256: identity.sha256.clone(),
+            executor,
+            tokenizer_sha256: identity.tokenizer_sha256.clone(),
+            template_sha256: identity.chat_template_sha256.clone(),
+        }
+    }
+
+    /// The provenance of a named revision of a deployment, served by
+    /// `artifact`'s loaded model.
+    pub fn of_revision(artifact: &Provenance, model_id: String, revision: String) -> Self {
         Provenance {
             model_id,
             fingerprint: format!("fp_{revision}"),
             revision,
-            sha256,
-            executor,
+            ..artifact.clone()
         }
     }
 
     pub fn apply(&self, h: &mut HeaderMap) {
         let mut put = |k: &'static str, v: &str| {
-            if let Ok(v) = HeaderValue::from_str(v) {
+            if !v.is_empty()
+                && let Ok(v) = HeaderValue::from_str(v)
+            {
                 h.insert(k, v);
             }
         };
         put("x-stoker-revision", &self.revision);
         put("x-stoker-model-sha256", &self.sha256);
         put("x-stoker-executor", &self.executor);
+        put("x-stoker-tokenizer-sha256", &self.tokenizer_sha256);
+        put("x-stoker-template-sha256", &self.template_sha256);
+    }
+
+    /// The same facts for a batch output line's body.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "revision": self.revision,
+            "model_sha256": self.sha256,
+            "executor": self.executor,
+            "tokenizer_sha256": self.tokenizer_sha256,
+            "template_sha256": self.template_sha256,
+        })
     }
 }
 
@@ -107,7 +134,7 @@ impl Served {
         }
         let provenance = Provenance::new(
             model_id.to_string(),
-            info.identity.sha256.clone(),
+            &info.identity,
             executor_id.to_string(),
         );
         // One registry: a second artifact's requests count under the primary's labels.

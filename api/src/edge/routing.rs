@@ -81,10 +81,9 @@ pub async fn target(state: &AppState, model: &str, key: &str) -> Result<Target, 
     limits.max_input_tokens = clamp(limits.max_input_tokens, d.limits.max_input_tokens);
     limits.max_output_tokens = clamp(limits.max_output_tokens, d.limits.max_output_tokens);
     let provenance = Provenance::of_revision(
+        &served.provenance,
         dep.to_owned(),
         decision.revision_id.clone(),
-        rev.model_sha256.clone(),
-        state.config.executor_id.clone(),
     );
     Ok(Target {
         served,

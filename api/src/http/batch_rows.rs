@@ -95,7 +95,7 @@ async fn answer(state: &AppState, row: &RowRequest, slot: &LogSlot) -> Result<Va
     // The same parser as the online routes, so the same error bodies.
     let bytes = serde_json::to_vec(&row.body).map_err(|e| ApiError::Internal(e.to_string()))?;
     let chat = row.endpoint != "/v1/completions";
-    let (target, prepared) = if chat {
+    let (mut target, prepared) = if chat {
         let mut req: ChatCompletionRequest = extract::parse(&bytes)?;
         // A batch row has no one to stream to.
         req.stream = None;
@@ -121,6 +121,10 @@ async fn answer(state: &AppState, row: &RowRequest, slot: &LogSlot) -> Result<Va
     let served = &target.served;
     let running = generate::start_batch(state, served, prepared).await?;
     slot.started(running.queue);
+    if let Some(executor) = running.executor() {
+        target.provenance.executor = executor;
+        slot.routed(&target);
+    }
     let prefix = if chat { "chatcmpl-" } else { "cmpl-" };
     let env = Envelope {
         id: format!("{prefix}{}", uuid::Uuid::new_v4().simple()),
@@ -136,5 +140,11 @@ async fn answer(state: &AppState, row: &RowRequest, slot: &LogSlot) -> Result<Va
     } else {
         serde_json::to_value(completion_body(env, c, tok))
     };
-    v.map_err(|e| ApiError::Internal(e.to_string()))
+    let mut v = v.map_err(|e| ApiError::Internal(e.to_string()))?;
+    // A line has no headers: it names what shaped it in its body, so a
+    // scoring run can be reproduced from its output alone.
+    if let Some(o) = v.as_object_mut() {
+        o.insert("stoker_provenance".into(), target.provenance.to_json());
+    }
+    Ok(v)
 }
