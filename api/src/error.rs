@@ -371,6 +371,13 @@ impl From<ValidationError> for ApiError {
             BadTopP(_) => "top_p",
             BadTopK => "top_k",
             TooManyTopLogprobs { .. } => "top_logprobs",
+            BadPenalty { name, .. } => *name,
+            BadRepetitionPenalty(_) => "repetition_penalty",
+            TooManyLogitBiases { .. }
+            | BadLogitBias { .. }
+            | UnsortedLogitBias
+            | LogitBiasOutOfVocabulary { .. } => "logit_bias",
+            MinTokensAboveMax { .. } => "min_tokens",
             TooManyStops { .. } | BadStop { .. } => "stop",
         };
         ApiError::invalid(e.to_string(), param)

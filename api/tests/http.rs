@@ -182,14 +182,44 @@ fn validation_errors_have_typed_bodies() {
             json!({"model": m, "prompt": "x", "logprobs": -1}),
         ),
         (
-            "presence penalty",
+            "presence penalty 3",
             "/v1/chat/completions",
-            json!({"model": m, "messages": user, "presence_penalty": 0.5}),
+            json!({"model": m, "messages": user, "presence_penalty": 3}),
         ),
         (
-            "logit bias",
+            "repetition penalty 0",
             "/v1/chat/completions",
-            json!({"model": m, "messages": user, "logit_bias": {"42": 10}}),
+            json!({"model": m, "messages": user, "repetition_penalty": 0}),
+        ),
+        (
+            "logit bias 101",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "logit_bias": {"42": 101}}),
+        ),
+        (
+            "logit bias key not an id",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "logit_bias": {"hello": 1}}),
+        ),
+        (
+            "logit bias outside the vocabulary",
+            "/v1/completions",
+            json!({"model": m, "prompt": "x", "logit_bias": {"4000000": 1}}),
+        ),
+        (
+            "logit bias a list",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "logit_bias": [1, 2]}),
+        ),
+        (
+            "logit bias same id twice",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "logit_bias": {"7": 1, "07": 2}}),
+        ),
+        (
+            "min_tokens above max_tokens",
+            "/v1/completions",
+            json!({"model": m, "prompt": "x", "max_tokens": 2, "min_tokens": 3}),
         ),
         (
             "temperature 3",
@@ -1055,4 +1085,145 @@ fn openapi_lists_exactly_the_error_catalogue() {
         .collect();
     let catalogue: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
     assert_eq!(listed, catalogue);
+}
+
+/// Greedy decoding under `logit_bias`, `min_tokens`, the penalties and
+/// `include_stop_str_in_output`: each changes the answer the way it says,
+/// and log probabilities stay those of the raw logits.
+#[test]
+fn sampling_controls_shape_greedy_output() {
+    let s = shared();
+    rt().block_on(async {
+        let complete = |extra: Value| {
+            let mut body = json!({"model": MODEL_ID, "prompt": "The sky is", "max_tokens": 4,
+                "temperature": 0, "logprobs": 0});
+            for (k, v) in extra.as_object().unwrap() {
+                body[k] = v.clone();
+            }
+            async move {
+                let v: Value = post(s, "/v1/completions", body).await.json().await.unwrap();
+                assert!(v["error"].is_null(), "{v}");
+                v
+            }
+        };
+        let tokens = |v: &Value| -> Vec<String> {
+            v["choices"][0]["logprobs"]["tokens"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t.as_str().unwrap().to_string())
+                .collect()
+        };
+        let plain = complete(json!({})).await;
+        let biased = complete(json!({"logit_bias": {"1000": 100}})).await;
+        let b = tokens(&biased);
+        assert_eq!(b.len(), 4, "{biased}");
+        assert!(
+            b.iter().all(|t| *t == b[0]),
+            "bias +100 forces one token: {b:?}"
+        );
+        assert_ne!(
+            tokens(&plain)[0],
+            b[0],
+            "the unbiased answer starts elsewhere"
+        );
+        let lp = biased["choices"][0]["logprobs"]["token_logprobs"][0]
+            .as_f64()
+            .unwrap();
+        assert!(
+            lp < -1.0,
+            "logprobs are of the raw logits, not the biased ones: {lp}"
+        );
+
+        let repetitive = json!({"prompt": "one one one one one one one one", "max_tokens": 6});
+        let rep_plain = complete(repetitive.clone()).await;
+        let mut penalized = repetitive.clone();
+        penalized["repetition_penalty"] = json!(3.0);
+        penalized["frequency_penalty"] = json!(2.0);
+        let rep_pen = complete(penalized).await;
+        let (a, b) = (tokens(&rep_plain), tokens(&rep_pen));
+        let distinct = |v: &[String]| v.iter().collect::<std::collections::HashSet<_>>().len();
+        assert!(
+            distinct(&b) > distinct(&a),
+            "penalties make the answer less repetitive: {a:?} then {b:?}"
+        );
+
+        // An answer that ends early with the end-of-sequence token goes on
+        // to min_tokens.
+        let mut short = chat("Say hi.", 60);
+        let v: Value = post(s, "/v1/chat/completions", short.clone())
+            .await
+            .json()
+            .await
+            .unwrap();
+        let n = v["usage"]["completion_tokens"].as_u64().unwrap();
+        assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+        assert!(n < 40, "the premise: a short answer ({n} tokens)");
+        short["min_tokens"] = json!(40);
+        let v: Value = post(s, "/v1/chat/completions", short)
+            .await
+            .json()
+            .await
+            .unwrap();
+        let n = v["usage"]["completion_tokens"].as_u64().unwrap();
+        assert!(n >= 40, "min_tokens 40 gave {n} tokens: {v}");
+
+        // A stop string in the plain answer, dropped or kept.
+        let body = json!({"model": MODEL_ID, "prompt": "A list of fruits: apple, banana,",
+            "max_tokens": 16, "temperature": 0});
+        let text = |v: Value| v["choices"][0]["text"].as_str().unwrap().to_string();
+        let whole = text(
+            post(s, "/v1/completions", body.clone())
+                .await
+                .json()
+                .await
+                .unwrap(),
+        );
+        let stop: String = whole.chars().skip(3).take(3).collect();
+        let at = whole.find(&stop).unwrap();
+        let mut stopped = body.clone();
+        stopped["stop"] = json!([stop]);
+        let cut = text(
+            post(s, "/v1/completions", stopped.clone())
+                .await
+                .json()
+                .await
+                .unwrap(),
+        );
+        assert_eq!(cut, whole[..at], "stop {stop:?} in {whole:?}");
+        stopped["include_stop_str_in_output"] = json!(true);
+        let kept = text(
+            post(s, "/v1/completions", stopped)
+                .await
+                .json()
+                .await
+                .unwrap(),
+        );
+        assert_eq!(kept, whole[..at + stop.len()], "stop {stop:?} in {whole:?}");
+    });
+}
+
+/// Every answer names the tokenizer and chat template that shaped its
+/// prompt, as the model file defines them.
+#[test]
+fn responses_name_the_tokenizer_and_template_hashes() {
+    let s = shared();
+    let meta = stoker_executor::model::ModelMeta::read(&stoker_test_support::model_path()).unwrap();
+    let id = &meta.identity;
+    assert_eq!(id.chat_template_sha256, meta.chat_template.sha256_hex());
+    rt().block_on(async {
+        for stream in [false, true] {
+            let mut body = chat("Hi", 2);
+            body["stream"] = json!(stream);
+            let r = post(s, "/v1/chat/completions", body).await;
+            assert_eq!(r.status(), 200);
+            let h = r.headers();
+            assert_eq!(h["x-stoker-model-sha256"], id.sha256.as_str());
+            assert_eq!(h["x-stoker-tokenizer-sha256"], id.tokenizer_sha256.as_str());
+            assert_eq!(
+                h["x-stoker-template-sha256"],
+                id.chat_template_sha256.as_str()
+            );
+        }
+    });
 }

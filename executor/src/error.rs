@@ -98,6 +98,23 @@ pub enum ValidationError {
     TokenOutOfRange { id: u32, vocab: usize },
     #[error("at most {max} top log probabilities per token, got {got}")]
     TooManyTopLogprobs { got: usize, max: usize },
+    #[error("{name} must be between -2 and 2, got {value}")]
+    BadPenalty { name: &'static str, value: f32 },
+    #[error(
+        "repetition_penalty must be greater than 0 and at most {max}, got {0}",
+        max = crate::request::MAX_REPETITION_PENALTY
+    )]
+    BadRepetitionPenalty(f32),
+    #[error("at most {max} logit_bias entries are allowed, got {got}")]
+    TooManyLogitBiases { got: usize, max: usize },
+    #[error("logit_bias for token {id} is {bias}; it must be between -100 and 100")]
+    BadLogitBias { id: u32, bias: f32 },
+    #[error("logit_bias token ids must be sorted and unique")]
+    UnsortedLogitBias,
+    #[error("logit_bias names token id {id}, outside the vocabulary of {vocab} tokens")]
+    LogitBiasOutOfVocabulary { id: u32, vocab: usize },
+    #[error("min_tokens ({min}) must be at most max_tokens ({max})")]
+    MinTokensAboveMax { min: usize, max: usize },
 }
 
 /// Why the engine refused or ended a request.

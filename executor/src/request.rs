@@ -31,6 +31,23 @@ pub struct SamplingParams {
     /// [`MAX_TOP_LOGPROBS`](crate::logprobs::MAX_TOP_LOGPROBS)) most likely
     /// alternatives; `None`: no log probabilities.
     pub logprobs: Option<usize>,
+    /// Subtracted once from every token already generated (OpenAI's, -2..=2).
+    pub presence_penalty: f32,
+    /// Subtracted per occurrence from every token already generated
+    /// (OpenAI's, -2..=2).
+    pub frequency_penalty: f32,
+    /// Divides positive and multiplies negative logits of every token in the
+    /// prompt or the output (vLLM's extension, > 0; 1 is off).
+    pub repetition_penalty: f32,
+    /// Added to the logits of these token ids (OpenAI's, -100..=100), sorted
+    /// by id, each id once.
+    pub logit_bias: Vec<(u32, f32)>,
+    /// End-of-sequence and stop tokens are masked, and stop strings not
+    /// matched, until this many tokens were generated (vLLM's extension).
+    pub min_tokens: usize,
+    /// Keep the matched stop string at the end of the output (vLLM's
+    /// extension).
+    pub include_stop_str_in_output: bool,
 }
 
 impl Default for SamplingParams {
@@ -45,6 +62,12 @@ impl Default for SamplingParams {
             stop_token_ids: Vec::new(),
             stop_at_eos: true,
             logprobs: None,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            repetition_penalty: 1.0,
+            logit_bias: Vec::new(),
+            min_tokens: 0,
+            include_stop_str_in_output: false,
         }
     }
 }
@@ -61,7 +84,26 @@ impl SamplingParams {
     pub fn is_greedy(&self) -> bool {
         self.temperature <= 1e-6 || self.top_k == Some(1)
     }
+
+    /// Whether anything changes the logits before sampling once `generated`
+    /// tokens were sampled (bias, penalties, or a min_tokens mask).
+    pub fn processes_logits(&self, generated: usize) -> bool {
+        self.presence_penalty != 0.0
+            || self.frequency_penalty != 0.0
+            || self.repetition_penalty != 1.0
+            || !self.logit_bias.is_empty()
+            || generated < self.min_tokens
+    }
 }
+
+/// Most `logit_bias` entries per request.
+pub const MAX_LOGIT_BIAS: usize = 1024;
+/// The `logit_bias` range (OpenAI's).
+pub const LOGIT_BIAS_RANGE: std::ops::RangeInclusive<f32> = -100.0..=100.0;
+/// The presence and frequency penalty range (OpenAI's).
+pub const PENALTY_RANGE: std::ops::RangeInclusive<f32> = -2.0..=2.0;
+/// Largest `repetition_penalty` accepted.
+pub const MAX_REPETITION_PENALTY: f32 = 10.0;
 
 /// The limits a request is validated against: the model's context window and
 /// the deployment's input and output caps.
@@ -92,6 +134,16 @@ impl ValidRequest {
         limits: &RequestLimits,
     ) -> Result<Self, ValidationError> {
         validate_params(&params)?;
+        if let Some(&(id, _)) = params
+            .logit_bias
+            .iter()
+            .find(|(id, _)| *id as usize >= limits.vocab_size)
+        {
+            return Err(ValidationError::LogitBiasOutOfVocabulary {
+                id,
+                vocab: limits.vocab_size,
+            });
+        }
         if prompt.is_empty() {
             return Err(ValidationError::EmptyPrompt);
         }
@@ -171,6 +223,39 @@ fn validate_params(p: &SamplingParams) -> Result<(), ValidationError> {
         return Err(ValidationError::TooManyTopLogprobs {
             got: n,
             max: crate::logprobs::MAX_TOP_LOGPROBS,
+        });
+    }
+    for (name, v) in [
+        ("presence_penalty", p.presence_penalty),
+        ("frequency_penalty", p.frequency_penalty),
+    ] {
+        if !PENALTY_RANGE.contains(&v) {
+            return Err(ValidationError::BadPenalty { name, value: v });
+        }
+    }
+    if !(p.repetition_penalty > 0.0 && p.repetition_penalty <= MAX_REPETITION_PENALTY) {
+        return Err(ValidationError::BadRepetitionPenalty(p.repetition_penalty));
+    }
+    if p.logit_bias.len() > MAX_LOGIT_BIAS {
+        return Err(ValidationError::TooManyLogitBiases {
+            got: p.logit_bias.len(),
+            max: MAX_LOGIT_BIAS,
+        });
+    }
+    if let Some(&(id, bias)) = p
+        .logit_bias
+        .iter()
+        .find(|(_, b)| !LOGIT_BIAS_RANGE.contains(b))
+    {
+        return Err(ValidationError::BadLogitBias { id, bias });
+    }
+    if p.logit_bias.windows(2).any(|w| w[0].0 >= w[1].0) {
+        return Err(ValidationError::UnsortedLogitBias);
+    }
+    if p.min_tokens > p.max_tokens {
+        return Err(ValidationError::MinTokensAboveMax {
+            min: p.min_tokens,
+            max: p.max_tokens,
         });
     }
     if p.stop.len() > MAX_STOP_STRINGS {
@@ -300,6 +385,60 @@ mod tests {
             req(vec![1], p).unwrap_err(),
             ValidationError::BadStop { .. }
         ));
+    }
+
+    #[test]
+    fn penalties_bias_and_min_tokens_out_of_range_are_refused() {
+        let bad = [
+            SamplingParams {
+                presence_penalty: 2.5,
+                ..SamplingParams::greedy(4)
+            },
+            SamplingParams {
+                frequency_penalty: f32::NAN,
+                ..SamplingParams::greedy(4)
+            },
+            SamplingParams {
+                repetition_penalty: 0.0,
+                ..SamplingParams::greedy(4)
+            },
+            SamplingParams {
+                repetition_penalty: f32::INFINITY,
+                ..SamplingParams::greedy(4)
+            },
+            SamplingParams {
+                logit_bias: vec![(1, 100.5)],
+                ..SamplingParams::greedy(4)
+            },
+            SamplingParams {
+                logit_bias: vec![(2, 1.0), (1, 1.0)],
+                ..SamplingParams::greedy(4)
+            },
+            SamplingParams {
+                logit_bias: (0..MAX_LOGIT_BIAS as u32 + 1).map(|i| (i, 1.0)).collect(),
+                ..SamplingParams::greedy(4)
+            },
+            SamplingParams {
+                min_tokens: 5,
+                ..SamplingParams::greedy(4)
+            },
+            SamplingParams {
+                logit_bias: vec![(1000, 1.0)],
+                ..SamplingParams::greedy(4)
+            },
+        ];
+        for p in bad {
+            assert!(req(vec![1], p.clone()).is_err(), "{p:?} was accepted");
+        }
+        let ok = SamplingParams {
+            presence_penalty: -2.0,
+            frequency_penalty: 2.0,
+            repetition_penalty: 1.3,
+            logit_bias: vec![(0, -100.0), (999, 100.0)],
+            min_tokens: 4,
+            ..SamplingParams::greedy(4)
+        };
+        req(vec![1], ok).unwrap();
     }
 
     #[test]

@@ -3,12 +3,15 @@
 //! Text is streamed as it is decoded, but a suffix that could still grow into a
 //! stop string is held back until it either completes the stop string (and is
 //! dropped, ending the sequence) or diverges (and is released). A partial stop
-//! string is therefore never streamed.
+//! string is therefore never streamed. With `include_stop_str_in_output`
+//! (vLLM's extension) the matched stop string ends the output instead of
+//! being dropped.
 
 #[derive(Clone, Debug, Default)]
 pub struct StopMatcher {
     stops: Vec<String>,
     held: String,
+    include: bool,
 }
 
 /// What to stream after feeding a delta.
@@ -25,7 +28,22 @@ impl StopMatcher {
         StopMatcher {
             stops: stops.into_iter().filter(|s| !s.is_empty()).collect(),
             held: String::new(),
+            include: false,
         }
+    }
+
+    /// Keeps the matched stop string in the output.
+    pub fn including_stop(mut self, include: bool) -> Self {
+        self.include = include;
+        self
+    }
+
+    /// Streams `delta` and whatever was held without matching (before
+    /// `min_tokens` is reached, stop strings do not end a sequence).
+    pub fn push_unmatched(&mut self, delta: &str) -> String {
+        let mut out = std::mem::take(&mut self.held);
+        out.push_str(delta);
+        out
     }
 
     pub fn push(&mut self, delta: &str) -> StopOutcome {
@@ -37,10 +55,11 @@ impl StopMatcher {
         let hit = self
             .stops
             .iter()
-            .filter_map(|s| self.held.find(s.as_str()))
-            .min();
-        if let Some(at) = hit {
-            let out = self.held[..at].to_string();
+            .filter_map(|s| self.held.find(s.as_str()).map(|at| (at, s.len())))
+            .min_by_key(|&(at, _)| at);
+        if let Some((at, len)) = hit {
+            let end = if self.include { at + len } else { at };
+            let out = self.held[..end].to_string();
             self.held.clear();
             return StopOutcome::Stopped(out);
         }
@@ -103,6 +122,21 @@ mod tests {
     fn the_earliest_stop_string_wins() {
         let mut m = StopMatcher::new(vec!["b".into(), "a".into()]);
         assert_eq!(m.push("xxab"), StopOutcome::Stopped("xx".into()));
+    }
+
+    #[test]
+    fn the_matched_stop_string_can_be_kept() {
+        let mut m = StopMatcher::new(vec!["b".into(), "ST".into()]).including_stop(true);
+        assert_eq!(m.push("one S"), StopOutcome::Continue("one ".into()));
+        assert_eq!(m.push("T two b"), StopOutcome::Stopped("ST".into()));
+    }
+
+    #[test]
+    fn unmatched_pushes_release_what_was_held() {
+        let mut m = StopMatcher::new(vec!["END".into()]);
+        assert_eq!(m.push("a E"), StopOutcome::Continue("a ".into()));
+        assert_eq!(m.push_unmatched("ND"), "END");
+        assert_eq!(m.push("x"), StopOutcome::Continue("x".into()));
     }
 
     #[test]

@@ -102,13 +102,31 @@ pub struct ChatCompletionRequest {
     pub ignore_eos: Option<bool>,
     #[serde(default)]
     pub n: Option<i64>,
+    /// -2 to 2: lowers the logit of every token generated so far once.
     #[serde(default)]
     pub presence_penalty: Option<f64>,
+    /// -2 to 2: lowers the logit of every token generated so far once per
+    /// occurrence.
     #[serde(default)]
     pub frequency_penalty: Option<f64>,
+    /// Token id (as a string) to a bias from -100 to 100, added to its logit
+    /// before sampling; at most 1024 entries.
     #[serde(default)]
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<std::collections::HashMap<String, f64>>)]
     pub logit_bias: Option<Value>,
+    /// Extension (vLLM): above 1 discourages, below 1 encourages every token
+    /// of the prompt and the output (positive logits divided, negative
+    /// multiplied); 1 is off; at most 10.
+    #[serde(default)]
+    pub repetition_penalty: Option<f64>,
+    /// Extension (vLLM): generate at least this many tokens before the
+    /// end-of-sequence token or a stop string may end the output.
+    #[serde(default)]
+    pub min_tokens: Option<i64>,
+    /// Extension (vLLM): keep the matched stop string at the end of the
+    /// output.
+    #[serde(default)]
+    pub include_stop_str_in_output: Option<bool>,
     /// Return the log probability of each output token
     /// (`choices[].logprobs.content`).
     #[serde(default)]
@@ -179,13 +197,31 @@ pub struct CompletionRequest {
     pub echo: Option<bool>,
     #[serde(default)]
     pub suffix: Option<String>,
+    /// -2 to 2: lowers the logit of every token generated so far once.
     #[serde(default)]
     pub presence_penalty: Option<f64>,
+    /// -2 to 2: lowers the logit of every token generated so far once per
+    /// occurrence.
     #[serde(default)]
     pub frequency_penalty: Option<f64>,
+    /// Token id (as a string) to a bias from -100 to 100, added to its logit
+    /// before sampling; at most 1024 entries.
     #[serde(default)]
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<std::collections::HashMap<String, f64>>)]
     pub logit_bias: Option<Value>,
+    /// Extension (vLLM): above 1 discourages, below 1 encourages every token
+    /// of the prompt and the output (positive logits divided, negative
+    /// multiplied); 1 is off; at most 10.
+    #[serde(default)]
+    pub repetition_penalty: Option<f64>,
+    /// Extension (vLLM): generate at least this many tokens before the
+    /// end-of-sequence token or a stop string may end the output.
+    #[serde(default)]
+    pub min_tokens: Option<i64>,
+    /// Extension (vLLM): keep the matched stop string at the end of the
+    /// output.
+    #[serde(default)]
+    pub include_stop_str_in_output: Option<bool>,
     /// Log probabilities of each output token and of up to this many (0-20)
     /// most likely alternatives, in the legacy completions shape.
     #[serde(default)]

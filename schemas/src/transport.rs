@@ -40,6 +40,24 @@ pub struct WireSampling {
     /// alternatives; absent: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logprobs: Option<u32>,
+    /// Absent: 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub presence_penalty: Option<f32>,
+    /// Absent: 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frequency_penalty: Option<f32>,
+    /// Absent: 1 (off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repetition_penalty: Option<f32>,
+    /// `[id, bias]` pairs sorted by id.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub logit_bias: Vec<(u32, f32)>,
+    /// Absent: 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_tokens: Option<u32>,
+    /// Absent: false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub include_stop_str_in_output: Option<bool>,
 }
 
 /// A sampled token's log probability and the most likely alternatives at

@@ -51,6 +51,9 @@ check(
     f"x-stoker-model-sha256 {headers.get('x-stoker-model-sha256')!r} != {file_sha}",
 )
 check(headers.get("x-stoker-executor"), "x-stoker-executor header missing")
+for h in ("x-stoker-tokenizer-sha256", "x-stoker-template-sha256"):
+    v = headers.get(h) or ""
+    check(len(v) == 64 and all(ch in "0123456789abcdef" for ch in v), f"{h} {v!r} is not a sha256")
 queue_ms = headers.get("x-stoker-queue-ms")
 try:
     check(float(queue_ms) >= 0, f"x-stoker-queue-ms negative: {queue_ms!r}")
@@ -190,6 +193,22 @@ lp_comp = c.completions.create(model=MODEL, prompt=PROMPT, max_tokens=5, tempera
 lp = lp_comp.choices[0].logprobs
 check(len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset), f"{lp}")
 check("".join(lp.tokens) == lp_comp.choices[0].text, f"{lp.tokens} != {lp_comp.choices[0].text!r}")
+step("completions with logit_bias, penalties and vLLM's min_tokens (extra_body)")
+biased = c.completions.create(
+    model=MODEL, prompt=PROMPT, max_tokens=4, temperature=0, logprobs=0,
+    logit_bias={"1000": 100}, presence_penalty=0.5, frequency_penalty=0.5,
+)
+toks = biased.choices[0].logprobs.tokens
+check(len(toks) == 4 and len(set(toks)) == 1, f"logit_bias +100 did not force one token: {toks}")
+long = c.chat.completions.create(
+    model=MODEL, messages=CHAT, max_tokens=50, temperature=0, extra_body={"min_tokens": 50},
+)
+check(long.usage.completion_tokens == 50, f"min_tokens=50 gave {long.usage.completion_tokens}")
+try:
+    c.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=2, logit_bias={"x": 1})
+    fail("a logit_bias key that is not a token id was accepted")
+except openai.BadRequestError as e:
+    check(e.param == "logit_bias", f"logit_bias: param {e.param!r}")
 try:
     c.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=2, logprobs=True, top_logprobs=21)
     fail("top_logprobs=21 was accepted")

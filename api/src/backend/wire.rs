@@ -21,6 +21,12 @@ pub fn sampling_to_wire(p: &SamplingParams) -> WireSampling {
         stop_token_ids: p.stop_token_ids.clone(),
         stop_at_eos: p.stop_at_eos,
         logprobs: p.logprobs.map(|n| n as u32),
+        presence_penalty: Some(p.presence_penalty).filter(|&x| x != 0.0),
+        frequency_penalty: Some(p.frequency_penalty).filter(|&x| x != 0.0),
+        repetition_penalty: Some(p.repetition_penalty).filter(|&x| x != 1.0),
+        logit_bias: p.logit_bias.clone(),
+        min_tokens: Some(p.min_tokens.min(u32::MAX as usize) as u32).filter(|&n| n > 0),
+        include_stop_str_in_output: Some(true).filter(|_| p.include_stop_str_in_output),
     }
 }
 
@@ -35,6 +41,12 @@ pub fn sampling_from_wire(w: &WireSampling) -> SamplingParams {
         stop_token_ids: w.stop_token_ids.clone(),
         stop_at_eos: w.stop_at_eos,
         logprobs: w.logprobs.map(|n| n as usize),
+        presence_penalty: w.presence_penalty.unwrap_or(0.0),
+        frequency_penalty: w.frequency_penalty.unwrap_or(0.0),
+        repetition_penalty: w.repetition_penalty.unwrap_or(1.0),
+        logit_bias: w.logit_bias.clone(),
+        min_tokens: w.min_tokens.unwrap_or(0) as usize,
+        include_stop_str_in_output: w.include_stop_str_in_output.unwrap_or(false),
     }
 }
 
@@ -294,6 +306,12 @@ mod tests {
         assert_eq!(sampling_from_wire(&sampling_to_wire(&sp)), sp);
         let sp = SamplingParams {
             logprobs: Some(5),
+            presence_penalty: -1.5,
+            frequency_penalty: 0.25,
+            repetition_penalty: 1.2,
+            logit_bias: vec![(3, 100.0), (8, -4.5)],
+            min_tokens: 2,
+            include_stop_str_in_output: true,
             ..SamplingParams::greedy(9)
         };
         assert_eq!(sampling_from_wire(&sampling_to_wire(&sp)), sp);

@@ -57,6 +57,9 @@ struct Common<'a> {
     presence_penalty: Option<f64>,
     frequency_penalty: Option<f64>,
     logit_bias: Option<&'a Value>,
+    repetition_penalty: Option<f64>,
+    min_tokens: Option<i64>,
+    include_stop_str_in_output: Option<bool>,
     service_tier: Option<&'a str>,
     ignore_eos: Option<bool>,
 }
@@ -85,28 +88,30 @@ fn common_params(c: &Common<'_>) -> Result<SamplingParams, ApiError> {
         Some(n) if n < 1 => return Err(ApiError::invalid("`n` must be at least 1", "n")),
         Some(_) => return Err(ApiError::unsupported("n", "more than one choice (n > 1)")),
     }
-    for (name, v) in [
-        ("presence_penalty", c.presence_penalty),
-        ("frequency_penalty", c.frequency_penalty),
-    ] {
+    let penalty = |name: &str, v: Option<f64>, default: f32| -> Result<f32, ApiError> {
         match v {
-            None => {}
-            Some(0.0) => {}
-            Some(x) if !x.is_finite() || !(-2.0..=2.0).contains(&x) => {
-                return Err(ApiError::invalid(
-                    format!("`{name}` must be between -2 and 2"),
-                    name,
-                ));
-            }
-            Some(_) => return Err(ApiError::unsupported(name, "a non-zero penalty")),
+            None => Ok(default),
+            Some(x) if x.is_finite() => Ok(x as f32),
+            Some(_) => Err(ApiError::invalid(
+                format!("`{name}` must be a number"),
+                name,
+            )),
         }
-    }
-    if let Some(b) = c.logit_bias {
-        let empty = b.is_null() || b.as_object().is_some_and(|o| o.is_empty());
-        if !empty {
-            return Err(ApiError::unsupported("logit_bias", "logit bias"));
+    };
+    let presence_penalty = penalty("presence_penalty", c.presence_penalty, 0.0)?;
+    let frequency_penalty = penalty("frequency_penalty", c.frequency_penalty, 0.0)?;
+    let repetition_penalty = penalty("repetition_penalty", c.repetition_penalty, 1.0)?;
+    let logit_bias = logit_bias(c.logit_bias)?;
+    let min_tokens = match c.min_tokens {
+        None => 0,
+        Some(n) if n >= 0 => n.min(u32::MAX as i64) as usize,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "`min_tokens` must be at least 0",
+                "min_tokens",
+            ));
         }
-    }
+    };
     if let Some(u) = c.user
         && u.len() > MAX_USER_BYTES
     {
@@ -141,7 +146,65 @@ fn common_params(c: &Common<'_>) -> Result<SamplingParams, ApiError> {
         stop_at_eos: !c.ignore_eos.unwrap_or(false),
         // Set by each route, whose fields differ.
         logprobs: None,
+        // Ranges are checked in ValidRequest::new, ids against the vocabulary.
+        presence_penalty,
+        frequency_penalty,
+        repetition_penalty,
+        logit_bias,
+        min_tokens,
+        include_stop_str_in_output: c.include_stop_str_in_output.unwrap_or(false),
     })
+}
+
+/// OpenAI's `logit_bias`: an object from token ids (as strings) to a bias,
+/// sorted by id for the engine. Ranges and the vocabulary are checked by the
+/// engine's validation.
+fn logit_bias(v: Option<&Value>) -> Result<Vec<(u32, f32)>, ApiError> {
+    let param = "logit_bias";
+    let map = match v {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Object(m)) => m,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "`logit_bias` must be an object mapping token ids to biases",
+                param,
+            ));
+        }
+    };
+    let max = stoker_executor::request::MAX_LOGIT_BIAS;
+    if map.len() > max {
+        return Err(ApiError::invalid(
+            format!(
+                "at most {max} `logit_bias` entries are allowed, got {}",
+                map.len()
+            ),
+            param,
+        ));
+    }
+    let mut out = Vec::with_capacity(map.len());
+    for (k, b) in map {
+        let id: u32 = k.trim().parse().map_err(|_| {
+            ApiError::invalid(
+                format!("`logit_bias` key `{}` is not a token id", truncate(k, 32)),
+                param,
+            )
+        })?;
+        let bias = b.as_f64().filter(|b| b.is_finite()).ok_or_else(|| {
+            ApiError::invalid(
+                format!("`logit_bias` for token {id} must be a number"),
+                param,
+            )
+        })?;
+        out.push((id, bias as f32));
+    }
+    out.sort_by_key(|&(id, _)| id);
+    if let Some(w) = out.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(ApiError::invalid(
+            format!("`logit_bias` names token {} twice", w[0].0),
+            param,
+        ));
+    }
+    Ok(out)
 }
 
 fn max_tokens(v: Option<i64>, param: &str) -> Result<Option<usize>, ApiError> {
@@ -239,6 +302,9 @@ pub fn chat(req: ChatCompletionRequest, tenant: &str, t: &Target) -> Result<Prep
         presence_penalty: req.presence_penalty,
         frequency_penalty: req.frequency_penalty,
         logit_bias: req.logit_bias.as_ref(),
+        repetition_penalty: req.repetition_penalty,
+        min_tokens: req.min_tokens,
+        include_stop_str_in_output: req.include_stop_str_in_output,
         service_tier: req.service_tier.as_deref(),
         ignore_eos: req.ignore_eos,
     };
@@ -465,6 +531,9 @@ pub fn completion(req: CompletionRequest, tenant: &str, t: &Target) -> Result<Pr
         presence_penalty: req.presence_penalty,
         frequency_penalty: req.frequency_penalty,
         logit_bias: req.logit_bias.as_ref(),
+        repetition_penalty: req.repetition_penalty,
+        min_tokens: req.min_tokens,
+        include_stop_str_in_output: req.include_stop_str_in_output,
         service_tier: req.service_tier.as_deref(),
         ignore_eos: req.ignore_eos,
     };

@@ -13,6 +13,7 @@ use super::{Command, EngineConfig, ModelInfo};
 use crate::detokenize::IncrementalDetokenizer;
 use crate::error::{EngineError, ModelError};
 use crate::ids::{Lane, SeqId};
+use crate::logit_processing::LogitState;
 use crate::logprobs::{TokenLogprob, token_logprob};
 use crate::model::row_order::AttentionOrder;
 use crate::model::{ForwardChunk, KvStorage, Model, Workspace};
@@ -26,6 +27,8 @@ struct SeqState {
     events: tmpsc::UnboundedSender<EngineEvent>,
     params: SamplingParams,
     rng: SeqRng,
+    /// Token history for penalties, bias and min_tokens.
+    logit_state: LogitState,
     detok: IncrementalDetokenizer,
     stop: StopMatcher,
     stop_ids: Vec<u32>,
@@ -49,6 +52,8 @@ pub(super) struct EngineCore {
     seqs: HashMap<SeqId, SeqState>,
     stats: EngineStats,
     sample_scratch: Vec<(f32, u32)>,
+    /// A row's logits after the request's bias and penalties.
+    processed_logits: Vec<f32>,
     attention_order: AttentionOrder,
 }
 
@@ -94,6 +99,7 @@ impl EngineCore {
             seqs: HashMap::new(),
             stats: EngineStats::default(),
             sample_scratch: Vec::new(),
+            processed_logits: Vec::new(),
             attention_order: config.attention_order,
         };
         core.refresh_gauges();
@@ -243,8 +249,10 @@ impl EngineCore {
             SeqState {
                 events,
                 rng: SeqRng::new(seed),
+                logit_state: LogitState::new(&params, request.prompt()),
                 detok: IncrementalDetokenizer::after_prompt(true, request.prompt()),
-                stop: StopMatcher::new(params.stop.clone()),
+                stop: StopMatcher::new(params.stop.clone())
+                    .including_stop(params.include_stop_str_in_output),
                 stop_ids,
                 prompt_len: request.prompt().len(),
                 generated: 0,
@@ -385,7 +393,18 @@ impl EngineCore {
         let Some(s) = self.seqs.get_mut(&seq) else {
             return;
         };
-        let tok = sample(logits, &s.params, &mut s.rng, &mut self.sample_scratch);
+        let tok = if s.params.processes_logits(s.generated) {
+            let row = &mut self.processed_logits;
+            row.clear();
+            row.extend_from_slice(logits);
+            s.logit_state
+                .apply(&s.params, s.generated, &s.stop_ids, row);
+            sample(row, &s.params, &mut s.rng, &mut self.sample_scratch)
+        } else {
+            sample(logits, &s.params, &mut s.rng, &mut self.sample_scratch)
+        };
+        s.logit_state.record(tok);
+        // From the raw logits, whatever the request's rules changed.
         let logprob = s
             .params
             .logprobs
@@ -422,7 +441,9 @@ impl EngineCore {
         s.pending_logprobs.extend(logprob);
         let mut stopped = false;
         let mut out = String::new();
+        let match_stops = s.generated > s.params.min_tokens;
         match s.detok.push(&self.model.tokenizer, tok) {
+            Ok(Some(delta)) if !match_stops => out = s.stop.push_unmatched(&delta),
             Ok(Some(delta)) => match s.stop.push(&delta) {
                 StopOutcome::Continue(t) => out = t,
                 StopOutcome::Stopped(t) => {

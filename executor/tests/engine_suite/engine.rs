@@ -79,6 +79,11 @@ fn the_same_seed_gives_the_same_sampled_tokens_whatever_shares_the_batch() {
         max_tokens: 16,
         stop_at_eos: false,
         logprobs: Some(5),
+        // The request's own logit rules depend on its history alone.
+        presence_penalty: 0.3,
+        frequency_penalty: 0.7,
+        repetition_penalty: 1.1,
+        logit_bias: vec![(2, -5.0), (1000, 3.0)],
         ..SamplingParams::default()
     };
     let mut alone = engine
