@@ -100,8 +100,16 @@ pub fn reference_prompt_logits(reference: &mut ModelWeights, prompt: &[u32]) -> 
         .unwrap()
 }
 
-/// Our logits for the last token of `prompt`, the whole prompt in one step.
+/// Our logits for the last token of `prompt`, the whole prompt in one step,
+/// in the reference's summation order.
 pub fn prompt_logits(model: &Model, prompt: &[u32]) -> Vec<f32> {
+    prompt_logits_in(model, prompt, prompt.len())
+}
+
+/// The same with rows summed as for a prompt `ordered_prompt_len` long
+/// ([`stoker_executor::AttentionOrder::ordered_prompt_len`]): 0 sums every
+/// row as in a one-token step, as the engine's default order does.
+pub fn prompt_logits_in(model: &Model, prompt: &[u32], ordered_prompt_len: usize) -> Vec<f32> {
     let blocks: Vec<BlockId> = (0..prompt.len().div_ceil(BLOCK_SIZE) as u32)
         .map(BlockId)
         .collect();
@@ -111,7 +119,7 @@ pub fn prompt_logits(model: &Model, prompt: &[u32]) -> Vec<f32> {
         start_pos: 0,
         block_table: &blocks,
         logits: true,
-        prompt_len: prompt.len(),
+        prompt_len: ordered_prompt_len,
     };
     model
         .forward(&[chunk], &mut kv, &mut Workspace::default())
