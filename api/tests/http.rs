@@ -754,14 +754,22 @@ fn metrics_parse_as_prometheus_text() {
             json!({"model": "nope", "messages": []}),
         )
         .await;
-        client()
-            .get(url(s, "/metrics"))
-            .send()
-            .await
+        let r = client().get(url(s, "/metrics")).send().await.unwrap();
+        // Served as the OpenAPI document says.
+        let doc: Value = serde_json::from_str(&stoker_api::http::openapi::document()).unwrap();
+        let documented = doc["paths"]["/metrics"]["get"]["responses"]["200"]["content"]
+            .as_object()
             .unwrap()
-            .text()
-            .await
+            .keys()
+            .next()
             .unwrap()
+            .clone();
+        let served = r.headers()["content-type"].to_str().unwrap().to_string();
+        assert!(
+            served.starts_with(&documented),
+            "served {served}, documented {documented}"
+        );
+        r.text().await.unwrap()
     });
     let lines = text.lines().map(|l| Ok(l.to_string()));
     let scrape = prometheus_parse::Scrape::parse(lines).expect("valid Prometheus text");

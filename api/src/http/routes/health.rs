@@ -35,9 +35,10 @@ pub async fn ready(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
-/// Prometheus text exposition.
+/// The metrics in the OpenMetrics text format (which Prometheus scrapes).
 #[utoipa::path(get, path = "/metrics", tag = "health",
-    responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
+    responses((status = 200, description = "OpenMetrics text format, version 1.0.0",
+        content_type = "application/openmetrics-text")))]
 pub async fn metrics(State(state): State<AppState>) -> Response {
     let edge = state.admission.snapshot();
     let body = match state.served() {
