@@ -379,6 +379,7 @@ impl From<ValidationError> for ApiError {
             | LogitBiasOutOfVocabulary { .. } => "logit_bias",
             MinTokensAboveMax { .. } => "min_tokens",
             TooManyStops { .. } | BadStop { .. } => "stop",
+            ResponseFormat(_) => "response_format",
         };
         ApiError::invalid(e.to_string(), param)
     }

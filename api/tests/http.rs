@@ -147,14 +147,14 @@ fn validation_errors_have_typed_bodies() {
             json!({"model": m, "messages": [{"role": "user", "content": null}]}),
         ),
         (
-            "n = 2",
-            "/v1/chat/completions",
-            json!({"model": m, "messages": user, "n": 2}),
-        ),
-        (
             "n = 0",
             "/v1/chat/completions",
             json!({"model": m, "messages": user, "n": 0}),
+        ),
+        (
+            "n = 17",
+            "/v1/completions",
+            json!({"model": m, "prompt": "x", "n": 17}),
         ),
         (
             "tools",
@@ -162,9 +162,39 @@ fn validation_errors_have_typed_bodies() {
             json!({"model": m, "messages": user, "tools": [{"type": "function", "function": {"name": "f"}}]}),
         ),
         (
-            "json response format",
+            "response format a string",
             "/v1/chat/completions",
-            json!({"model": m, "messages": user, "response_format": {"type": "json_object"}}),
+            json!({"model": m, "messages": user, "response_format": "json"}),
+        ),
+        (
+            "response format of an unknown type",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "response_format": {"type": "grammar"}}),
+        ),
+        (
+            "json_schema without a schema",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}),
+        ),
+        (
+            "json_schema schema a number",
+            "/v1/completions",
+            json!({"model": m, "prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema": 5}}}),
+        ),
+        (
+            "json_schema strict a string",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "response_format": {"type": "json_schema", "json_schema": {"strict": "yes", "schema": {}}}}),
+        ),
+        (
+            "json_schema with a dangling reference",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#/$defs/missing"}}}}),
+        ),
+        (
+            "json_schema with an empty range",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "integer", "minimum": 5, "maximum": 1}}}}),
         ),
         (
             "top_logprobs 21",
@@ -1233,5 +1263,185 @@ fn responses_name_the_tokenizer_and_template_hashes() {
                 id.chat_template_sha256.as_str()
             );
         }
+    });
+}
+
+/// `response_format` on chat and completions, streamed and not, sampled at
+/// a high temperature: every answer parses and holds to the schema, and the
+/// label's log probabilities come with it.
+#[test]
+fn response_formats_always_parse() {
+    let s = shared();
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "label": {"enum": ["spam", "ham"]},
+            "score": {"type": "number", "minimum": 0, "maximum": 1}
+        },
+        "required": ["label", "score"],
+        "additionalProperties": false
+    });
+    let check = |text: &str| {
+        let v: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text:?}"));
+        assert!(
+            ["spam", "ham"].contains(&v["label"].as_str().unwrap_or("")),
+            "{text}"
+        );
+        let score = v["score"].as_f64().unwrap_or(-1.0);
+        assert!((0.0..=1.0).contains(&score), "{text}");
+        assert_eq!(v.as_object().unwrap().len(), 2, "{text}");
+    };
+    rt().block_on(async {
+        let format = json!({"type": "json_schema",
+            "json_schema": {"name": "verdict", "strict": true, "schema": schema}});
+        for seed in 0..3 {
+            let mut body = chat("Is 'WIN A FREE PHONE NOW' spam? Answer in JSON.", 60);
+            body["response_format"] = format.clone();
+            body["temperature"] = json!(1.3);
+            body["seed"] = json!(seed);
+            body["logprobs"] = json!(true);
+            body["top_logprobs"] = json!(5);
+            let r = post(s, "/v1/chat/completions", body.clone()).await;
+            assert_eq!(r.status(), 200);
+            let v: Value = r.json().await.unwrap();
+            let choice = &v["choices"][0];
+            assert_eq!(choice["finish_reason"], "stop", "{v}");
+            let text = choice["message"]["content"].as_str().unwrap();
+            check(text);
+            let lp = choice["logprobs"]["content"].as_array().unwrap();
+            let joined: String = lp.iter().map(|t| t["token"].as_str().unwrap()).collect();
+            assert_eq!(joined, text);
+            assert!(
+                lp.iter()
+                    .all(|t| t["top_logprobs"].as_array().unwrap().len() == 5)
+            );
+
+            body["stream"] = json!(true);
+            let r = post(s, "/v1/chat/completions", body).await;
+            assert_eq!(r.status(), 200);
+            let raw = r.text().await.unwrap();
+            let streamed: String = frames(&raw)
+                .iter()
+                .filter(|(_, d)| d != "[DONE]")
+                .filter_map(|(_, d)| {
+                    let c: Value = serde_json::from_str(d).ok()?;
+                    c["choices"][0]["delta"]["content"]
+                        .as_str()
+                        .map(str::to_owned)
+                })
+                .collect();
+            assert_eq!(streamed, text, "the same seed streams the same answer");
+        }
+        let r = post(
+            s,
+            "/v1/completions",
+            json!({"model": MODEL_ID, "prompt": "A JSON object describing a dog:",
+                "max_tokens": 80, "temperature": 1.0, "seed": 5,
+                "response_format": {"type": "json_object"}}),
+        )
+        .await;
+        assert_eq!(r.status(), 200);
+        let v: Value = r.json().await.unwrap();
+        let text = v["choices"][0]["text"].as_str().unwrap();
+        if v["choices"][0]["finish_reason"] == "stop" {
+            let o: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"));
+            assert!(o.is_object(), "{text}");
+        } else {
+            assert!(text.starts_with('{'), "{text}");
+        }
+    });
+}
+
+/// `n` choices, streamed and not: each choice is the answer its own seed
+/// gives alone (`seed + index`), usage counts the prompt once, and a stream
+/// carries every index with one finish each.
+#[test]
+fn n_choices_are_each_their_seeds_answer() {
+    let s = shared();
+    rt().block_on(async {
+        let mut body = chat("Name a color and a fruit.", 10);
+        body["temperature"] = json!(1.0);
+        body["seed"] = json!(11);
+        body["n"] = json!(3);
+        body["logprobs"] = json!(true);
+        let r = post(s, "/v1/chat/completions", body.clone()).await;
+        assert_eq!(r.status(), 200);
+        let v: Value = r.json().await.unwrap();
+        let choices = v["choices"].as_array().unwrap();
+        assert_eq!(choices.len(), 3, "{v}");
+        let mut completion_tokens = 0;
+        for (i, c) in choices.iter().enumerate() {
+            assert_eq!(c["index"], i, "{v}");
+            let mut alone = body.clone();
+            alone["n"] = json!(1);
+            alone["seed"] = json!(11 + i);
+            let a: Value = post(s, "/v1/chat/completions", alone)
+                .await
+                .json()
+                .await
+                .unwrap();
+            assert_eq!(
+                c["message"]["content"], a["choices"][0]["message"]["content"],
+                "choice {i}"
+            );
+            assert_eq!(c["logprobs"], a["choices"][0]["logprobs"], "choice {i}");
+            completion_tokens += a["usage"]["completion_tokens"].as_u64().unwrap();
+        }
+        let u = &v["usage"];
+        assert_eq!(u["completion_tokens"], completion_tokens, "{v}");
+        assert_eq!(
+            u["total_tokens"].as_u64().unwrap(),
+            u["prompt_tokens"].as_u64().unwrap() + completion_tokens
+        );
+
+        body["stream"] = json!(true);
+        body["stream_options"] = json!({"include_usage": true});
+        let raw = post(s, "/v1/chat/completions", body)
+            .await
+            .text()
+            .await
+            .unwrap();
+        let mut texts = vec![String::new(); 3];
+        let mut finishes = vec![0; 3];
+        let mut usage = None;
+        for (_, d) in frames(&raw) {
+            if d == "[DONE]" {
+                continue;
+            }
+            let c: Value = serde_json::from_str(&d).unwrap();
+            if let Some(ch) = c["choices"].as_array().and_then(|a| a.first()) {
+                let i = ch["index"].as_u64().unwrap() as usize;
+                texts[i].push_str(ch["delta"]["content"].as_str().unwrap_or(""));
+                finishes[i] += ch["finish_reason"].is_string() as usize;
+            } else {
+                usage = Some(c["usage"].clone());
+            }
+        }
+        assert!(raw.ends_with("data: [DONE]\n\n"), "{raw}");
+        assert_eq!(finishes, [1, 1, 1], "{raw}");
+        for (i, c) in choices.iter().enumerate() {
+            assert_eq!(
+                texts[i],
+                c["message"]["content"].as_str().unwrap(),
+                "choice {i}"
+            );
+        }
+        assert_eq!(usage.unwrap()["completion_tokens"], completion_tokens);
+
+        let r = post(
+            s,
+            "/v1/completions",
+            json!({"model": MODEL_ID, "prompt": "Once upon a time", "max_tokens": 6,
+                "n": 4, "temperature": 1.0, "seed": 3}),
+        )
+        .await;
+        let v: Value = r.json().await.unwrap();
+        let idx: Vec<u64> = v["choices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["index"].as_u64().unwrap())
+            .collect();
+        assert_eq!(idx, [0, 1, 2, 3], "{v}");
     });
 }

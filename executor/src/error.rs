@@ -115,6 +115,8 @@ pub enum ValidationError {
     LogitBiasOutOfVocabulary { id: u32, vocab: usize },
     #[error("min_tokens ({min}) must be at most max_tokens ({max})")]
     MinTokensAboveMax { min: usize, max: usize },
+    #[error("response_format: {0}")]
+    ResponseFormat(#[from] crate::structured::GrammarError),
 }
 
 /// Why the engine refused or ended a request.

@@ -22,6 +22,7 @@ pub mod request;
 pub mod sampling;
 pub mod scheduler;
 pub mod stop;
+pub mod structured;
 pub mod tokenizer;
 
 pub use engine::{AttentionOrder, Engine, EngineConfig, EngineEvent, FinishReason, RequestHandle};

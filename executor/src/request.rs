@@ -48,6 +48,9 @@ pub struct SamplingParams {
     /// Keep the matched stop string at the end of the output (vLLM's
     /// extension).
     pub include_stop_str_in_output: bool,
+    /// A format the output must follow, enforced while decoding
+    /// ([`crate::structured`]).
+    pub structured: Option<crate::structured::StructuredOutput>,
 }
 
 impl Default for SamplingParams {
@@ -68,6 +71,7 @@ impl Default for SamplingParams {
             logit_bias: Vec::new(),
             min_tokens: 0,
             include_stop_str_in_output: false,
+            structured: None,
         }
     }
 }
@@ -123,6 +127,8 @@ pub struct ValidRequest {
     params: SamplingParams,
     lane: Lane,
     tenant: TenantId,
+    /// `params.structured` compiled for the served vocabulary.
+    constraint: Option<crate::structured::Constraint>,
 }
 
 impl ValidRequest {
@@ -183,7 +189,31 @@ impl ValidRequest {
             params,
             lane,
             tenant,
+            constraint: None,
         })
+    }
+
+    /// Compiles the request's response format against `grammars` (the
+    /// served vocabulary's), once: the API does it to refuse a schema with
+    /// a 400 before admission; [`crate::Engine::submit`] does it for
+    /// requests that arrive uncompiled. A no-op without a format.
+    pub fn compile_constraint(
+        &mut self,
+        grammars: &crate::structured::Grammars,
+    ) -> Result<(), ValidationError> {
+        if let (Some(format), None) = (&self.params.structured, &self.constraint) {
+            self.constraint = Some(grammars.compile(format)?);
+        }
+        Ok(())
+    }
+
+    /// Whether the response format still needs compiling.
+    pub fn needs_constraint(&self) -> bool {
+        self.params.structured.is_some() && self.constraint.is_none()
+    }
+
+    pub(crate) fn take_constraint(&mut self) -> Option<crate::structured::Constraint> {
+        self.constraint.take()
     }
 
     pub fn prompt(&self) -> &[u32] {
@@ -202,6 +232,15 @@ impl ValidRequest {
         self.lane = lane;
         self
     }
+    /// Choice `index` of a request for several (`n`): the same request,
+    /// its seed (if any) moved by `index`, so each choice draws its own
+    /// tokens and the same request and seed still give the same choices.
+    pub fn choice(&self, index: u64) -> Self {
+        let mut r = self.clone();
+        r.params.seed = r.params.seed.map(|s| s.wrapping_add(index));
+        r
+    }
+
     pub fn tenant(&self) -> &TenantId {
         &self.tenant
     }
@@ -251,6 +290,9 @@ fn validate_params(p: &SamplingParams) -> Result<(), ValidationError> {
     }
     if p.logit_bias.windows(2).any(|w| w[0].0 >= w[1].0) {
         return Err(ValidationError::UnsortedLogitBias);
+    }
+    if let Some(format) = &p.structured {
+        format.validate()?;
     }
     if p.min_tokens > p.max_tokens {
         return Err(ValidationError::MinTokensAboveMax {

@@ -100,7 +100,10 @@ pub struct ChatCompletionRequest {
     /// `max_tokens`, for benchmarks that need exact output lengths.
     #[serde(default)]
     pub ignore_eos: Option<bool>,
+    /// Choices to generate, 1 to 16 (each with its own seed, `seed + i`
+    /// when `seed` is given); the prompt is computed once for all of them.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 16)]
     pub n: Option<i64>,
     /// -2 to 2: lowers the logit of every token generated so far once.
     #[serde(default)]
@@ -143,9 +146,40 @@ pub struct ChatCompletionRequest {
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub functions: Option<Value>,
+    /// `text`, `json_object` or `json_schema`: the output is constrained
+    /// while decoding to parse as JSON (valid against the schema), whatever
+    /// `strict` says. Compact JSON: no whitespace between tokens.
     #[serde(default)]
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<ResponseFormat>)]
     pub response_format: Option<Value>,
+}
+
+/// `response_format` of chat and completions.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ResponseFormat {
+    /// `text`, `json_object` or `json_schema`.
+    #[serde(rename = "type")]
+    #[schema(pattern = "^(text|json_object|json_schema)$")]
+    pub kind: String,
+    /// With `json_schema`: the schema.
+    #[serde(default)]
+    pub json_schema: Option<JsonSchemaFormat>,
+}
+
+/// A named JSON schema (`response_format.json_schema`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct JsonSchemaFormat {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub description: Option<String>,
+    /// The JSON schema (at most 64 KiB serialized). What llguidance cannot
+    /// enforce is a 400 naming the part.
+    #[schema(value_type = Object)]
+    pub schema: Value,
+    /// Accepted; the schema is enforced either way.
+    #[serde(default)]
+    pub strict: Option<bool>,
 }
 
 /// `prompt` of a completion: text, or token ids, singly or as a one-item list.
@@ -181,7 +215,10 @@ pub struct CompletionRequest {
     pub stop: Option<StopSpec>,
     #[serde(default)]
     pub user: Option<String>,
+    /// Choices to generate, 1 to 16 (each with its own seed, `seed + i`
+    /// when `seed` is given); the prompt is computed once for all of them.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 16)]
     pub n: Option<i64>,
     #[serde(default)]
     pub best_of: Option<i64>,
@@ -226,6 +263,10 @@ pub struct CompletionRequest {
     /// most likely alternatives, in the legacy completions shape.
     #[serde(default)]
     pub logprobs: Option<i64>,
+    /// Extension (vLLM): as chat's `response_format`.
+    #[serde(default)]
+    #[schema(value_type = Option<ResponseFormat>)]
+    pub response_format: Option<Value>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

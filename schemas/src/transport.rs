@@ -58,6 +58,17 @@ pub struct WireSampling {
     /// Absent: false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub include_stop_str_in_output: Option<bool>,
+    /// A format the output must follow. Absent: free text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_format: Option<WireResponseFormat>,
+}
+
+/// A response format, compiled by the executor for its vocabulary.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum WireResponseFormat {
+    JsonObject,
+    JsonSchema { schema: serde_json::Value },
 }
 
 /// A sampled token's log probability and the most likely alternatives at

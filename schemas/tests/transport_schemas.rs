@@ -58,6 +58,9 @@ fn job() -> JobMessage {
             logit_bias: vec![(7, -100.0), (9, 2.5)],
             min_tokens: Some(3),
             include_stop_str_in_output: Some(true),
+            response_format: Some(WireResponseFormat::JsonSchema {
+                schema: serde_json::json!({"type": "object", "required": ["label"]}),
+            }),
         },
         lane: "interactive".into(),
         tenant: "default".into(),

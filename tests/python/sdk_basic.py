@@ -1,10 +1,13 @@
 """The official OpenAI SDK against a stoker server with no API keys: models, chat and
-completions (plain and streamed, with usage), log probabilities, the x-stoker-*
+completions (plain and streamed, with usage), log probabilities, structured outputs, the x-stoker-*
 headers, and the context-length error."""
 
 import hashlib
+import json
+from typing import Literal
 
 import openai
+import pydantic
 
 from e2e_common import check, client, env, fail, step
 
@@ -204,6 +207,51 @@ long = c.chat.completions.create(
     model=MODEL, messages=CHAT, max_tokens=50, temperature=0, extra_body={"min_tokens": 50},
 )
 check(long.usage.completion_tokens == 50, f"min_tokens=50 gave {long.usage.completion_tokens}")
+step("n=4 choices, streamed and not")
+many = c.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=8, temperature=1.0, seed=1, n=4)
+check([ch.index for ch in many.choices] == [0, 1, 2, 3], f"choices: {many.choices}")
+check(len({ch.message.content for ch in many.choices}) > 1, "four seeds gave one answer")
+streamed_n = ["", "", "", ""]
+for ch in c.chat.completions.create(
+    model=MODEL, messages=CHAT, max_tokens=8, temperature=1.0, seed=1, n=4, stream=True
+):
+    for chc in ch.choices:
+        streamed_n[chc.index] += chc.delta.content or ""
+check(streamed_n == [ch.message.content for ch in many.choices], f"streamed n=4 differ: {streamed_n}")
+step("chat.completions.parse with a Pydantic response_format, and the label's logprobs")
+
+
+class Verdict(pydantic.BaseModel):
+    label: Literal["positive", "negative", "neutral"]
+    confidence: int = pydantic.Field(ge=0, le=100)
+
+
+REVIEW = [{"role": "user", "content": "Classify this review: 'The soup was cold and the waiter rude.'"}]
+for temperature in (0, 1.2):
+    parsed = c.chat.completions.parse(
+        model=MODEL, messages=REVIEW, response_format=Verdict, max_tokens=60,
+        temperature=temperature, seed=3, logprobs=True, top_logprobs=3,
+    )
+    choice = parsed.choices[0]
+    check(isinstance(choice.message.parsed, Verdict), f"not parsed: {choice.message}")
+    check(choice.finish_reason == "stop", f"finish_reason {choice.finish_reason}")
+    tokens = choice.logprobs.content
+    check("".join(t.token for t in tokens) == choice.message.content, "logprob tokens != content")
+    check(all(len(t.top_logprobs) == 3 for t in tokens), "top_logprobs count")
+obj = c.chat.completions.create(
+    model=MODEL, messages=[{"role": "user", "content": "Describe a cat in JSON."}],
+    response_format={"type": "json_object"}, max_tokens=80, temperature=0,
+)
+if obj.choices[0].finish_reason == "stop":
+    check(isinstance(json.loads(obj.choices[0].message.content), dict), f"{obj.choices[0].message}")
+try:
+    c.chat.completions.create(
+        model=MODEL, messages=CHAT, max_tokens=2,
+        response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#/$defs/nope"}}},
+    )
+    fail("a schema with a dangling $ref was accepted")
+except openai.BadRequestError as e:
+    check(e.param == "response_format", f"dangling $ref: param {e.param!r}")
 try:
     c.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=2, logit_bias={"x": 1})
     fail("a logit_bias key that is not a token id was accepted")

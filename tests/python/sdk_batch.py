@@ -141,6 +141,14 @@ def check_output_line(line, what):
 # --- a batch that completes, with two lines refused when they run -------------------
 ids = [f"q-{i:02d}" for i in range(len(QUESTIONS))]
 lines = [chat_line(cid, q) for cid, q in zip(ids, QUESTIONS)]
+# A scoring row: a label that always parses, and its log probabilities.
+SCORE = {
+    "max_tokens": 24, "logprobs": True, "top_logprobs": 3,
+    "response_format": {"type": "json_schema", "json_schema": {"name": "answer", "strict": True, "schema": {
+        "type": "object", "additionalProperties": False, "required": ["kind"],
+        "properties": {"kind": {"enum": ["animal", "day", "direction", "planet", "color"]}}}}},
+}
+lines[1]["body"].update(SCORE)
 # Refused when run, as the online API refuses them: output over the context, an
 # unknown model. Structurally fine, so the upload accepts them.
 BAD = {"too-long": (400, "context_length_exceeded"), "no-model": (404, "model_not_found")}
@@ -202,13 +210,20 @@ for line in errors:
 
 # The batch lane runs the same greedy decoding as the online API.
 for cid, q in list(zip(ids, QUESTIONS))[:2]:
+    extra = SCORE if cid == ids[1] else {"max_tokens": 8}
     online = c.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": q}], max_tokens=8, temperature=0
+        model=MODEL, messages=[{"role": "user", "content": q}], temperature=0, **extra
     )
     check(
         online.choices[0].message.content == texts[cid],
         f"{cid}: batch text {texts[cid]!r} != online {online.choices[0].message.content!r}",
     )
+scored = next(line for line in output if line["custom_id"] == ids[1])
+label = json.loads(texts[ids[1]])
+check(label.get("kind") in ("animal", "day", "direction", "planet", "color"), f"scoring row: {label}")
+lp = scored["response"]["body"]["choices"][0]["logprobs"]["content"]
+check("".join(t["token"] for t in lp) == texts[ids[1]], f"scoring row logprobs: {lp}")
+check(all(len(t["top_logprobs"]) == 3 for t in lp), f"scoring row top_logprobs: {lp}")
 
 # --- a larger batch, cancelled while it runs ---------------------------------------
 ids2 = [f"long-{i:02d}" for i in range(60)]

@@ -43,7 +43,8 @@ pub enum CliError {
         code: String,
         message: String,
         retry_after: Option<String>,
-        body: Value,
+        // Boxed: a JSON value is large beside the other fields.
+        body: Box<Value>,
     },
 }
 
@@ -140,7 +141,7 @@ impl Api {
             code: cell(&body, "/error/code"),
             message,
             retry_after,
-            body,
+            body: Box::new(body),
         })
     }
 
@@ -204,7 +205,7 @@ mod tests {
             code: "x".into(),
             message: "m".into(),
             retry_after: Some("7".into()),
-            body: Value::Null,
+            body: Box::new(Value::Null),
         };
         assert_eq!(server(404).exit_code(), 2);
         assert_eq!(server(429).exit_code(), 2);

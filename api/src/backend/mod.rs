@@ -37,6 +37,14 @@ pub trait Backend: Send + Sync + 'static {
     /// Starts a generation; refusals that depend on live state arrive as its
     /// first report.
     fn submit(&self, request: ValidRequest) -> Result<Generation, BackendError>;
+    /// Starts `n` choices of one request (OpenAI's `n`), each with its own
+    /// seed. Remote executors get one job per choice; the engine in process
+    /// computes the prompt once for all of them.
+    fn submit_n(&self, request: ValidRequest, n: usize) -> Result<Vec<Generation>, BackendError> {
+        (0..n.max(1))
+            .map(|i| self.submit(request.choice(i as u64)))
+            .collect()
+    }
     /// One short generation end to end; readiness waits on it.
     fn warm_up(&self) -> Result<(), BackendError>;
     /// Where the generations run, for logs and `x-stoker-executor`.
@@ -72,6 +80,12 @@ impl Backend for Engine {
     }
     fn submit(&self, request: ValidRequest) -> Result<Generation, BackendError> {
         Ok(Generation::local(Engine::submit(self, request)?))
+    }
+    fn submit_n(&self, request: ValidRequest, n: usize) -> Result<Vec<Generation>, BackendError> {
+        Ok(Engine::submit_n(self, request, n)?
+            .into_iter()
+            .map(Generation::local)
+            .collect())
     }
     fn warm_up(&self) -> Result<(), BackendError> {
         Ok(Engine::warm_up(self)?)

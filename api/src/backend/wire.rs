@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use stoker_executor::engine::{EngineEvent, FinishReason, Timings, Usage};
+use stoker_executor::structured::StructuredOutput;
 use stoker_executor::{Lane, SamplingParams, TokenLogprob};
-use stoker_schemas::transport::{ReplyEvent, WireLogprob, WireSampling};
+use stoker_schemas::transport::{ReplyEvent, WireLogprob, WireResponseFormat, WireSampling};
 
 use super::{BackendError, Report};
 use crate::error::{ApiError, RetryAfter};
@@ -27,6 +28,12 @@ pub fn sampling_to_wire(p: &SamplingParams) -> WireSampling {
         logit_bias: p.logit_bias.clone(),
         min_tokens: Some(p.min_tokens.min(u32::MAX as usize) as u32).filter(|&n| n > 0),
         include_stop_str_in_output: Some(true).filter(|_| p.include_stop_str_in_output),
+        response_format: p.structured.as_ref().map(|f| match f {
+            StructuredOutput::JsonObject => WireResponseFormat::JsonObject,
+            StructuredOutput::JsonSchema(schema) => WireResponseFormat::JsonSchema {
+                schema: schema.clone(),
+            },
+        }),
     }
 }
 
@@ -47,6 +54,12 @@ pub fn sampling_from_wire(w: &WireSampling) -> SamplingParams {
         logit_bias: w.logit_bias.clone(),
         min_tokens: w.min_tokens.unwrap_or(0) as usize,
         include_stop_str_in_output: w.include_stop_str_in_output.unwrap_or(false),
+        structured: w.response_format.as_ref().map(|f| match f {
+            WireResponseFormat::JsonObject => StructuredOutput::JsonObject,
+            WireResponseFormat::JsonSchema { schema } => {
+                StructuredOutput::JsonSchema(schema.clone())
+            }
+        }),
     }
 }
 
@@ -312,6 +325,9 @@ mod tests {
             logit_bias: vec![(3, 100.0), (8, -4.5)],
             min_tokens: 2,
             include_stop_str_in_output: true,
+            structured: Some(StructuredOutput::JsonSchema(
+                serde_json::json!({"type": "object"}),
+            )),
             ..SamplingParams::greedy(9)
         };
         assert_eq!(sampling_from_wire(&sampling_to_wire(&sp)), sp);

@@ -22,9 +22,12 @@ use crate::edge::validate::Prepared;
 use crate::error::ApiError;
 use crate::state::AppState;
 
-/// An admitted request that the engine has scheduled.
+/// An admitted request that the engine has scheduled: one generation per
+/// choice (`n`).
 pub struct Running {
-    handle: Generation,
+    handles: Vec<Generation>,
+    /// Which choices have ended.
+    ended: Vec<bool>,
     /// The edge's admission share; batch rows bypass edge admission (the
     /// engine's batch lane bounds them) and hold none.
     _ticket: Option<Ticket>,
@@ -39,7 +42,14 @@ pub struct Running {
     pub logprobs: Option<Arc<dyn Artifact>>,
 }
 
-/// What the caller sees next.
+/// What the caller sees next, of choice `index`.
+#[derive(Debug)]
+pub struct ChoiceStep {
+    pub index: usize,
+    pub step: Step,
+}
+
+/// What the caller sees next of one choice.
 #[derive(Debug)]
 pub enum Step {
     /// Text and, when asked for, the log probabilities of the tokens that
@@ -107,13 +117,16 @@ async fn submit(
         tenant = %prepared.request.tenant().0,
         "admitted"
     );
-    let mut handle = served
-        .backend
-        .submit(prepared.request)
-        .map_err(|e| e.into_api(state.admission.retry_hint()))?;
+    let mut handles = if prepared.n == 1 {
+        served.backend.submit(prepared.request).map(|g| vec![g])
+    } else {
+        served.backend.submit_n(prepared.request, prepared.n)
+    }
+    .map_err(|e| e.into_api(state.admission.retry_hint()))?;
     let mut hard_stop = state.hard_stop();
+    // The first choice's start: the siblings start once its prompt is in.
     let queue = tokio::select! {
-            ev = handle.next() => match ev {
+            ev = handles[0].next() => match ev {
                 Some(Ok(EngineEvent::Started { queue })) => queue,
                 Some(Err(e)) => return Err(e.into_api(state.admission.retry_hint())),
                 Some(Ok(other)) => {
@@ -131,7 +144,8 @@ async fn submit(
         t.started();
     }
     Ok(Running {
-        handle,
+        ended: vec![false; handles.len()],
+        handles,
         _ticket: ticket,
         hard_stop,
         queue,
@@ -146,7 +160,12 @@ impl Running {
     /// The executor process generating it, when another process does (the
     /// distributed mode): known once it started, after any re-routing.
     pub fn executor(&self) -> Option<String> {
-        self.handle.executor()
+        self.handles[0].executor()
+    }
+
+    /// How many choices it generates.
+    pub fn choices(&self) -> usize {
+        self.handles.len()
     }
 }
 
@@ -165,44 +184,92 @@ fn shutdown_error(state: &AppState) -> ApiError {
     }
 }
 
+/// The next report of any choice still running, with its index.
+async fn next_report(
+    handles: &mut [Generation],
+    ended: &[bool],
+) -> Option<(usize, Option<crate::backend::Report>)> {
+    let active: Vec<usize> = (0..handles.len()).filter(|&i| !ended[i]).collect();
+    match active.as_slice() {
+        [] => None,
+        [i] => Some((*i, handles[*i].next().await)),
+        _ => {
+            let futures = handles
+                .iter_mut()
+                .enumerate()
+                .filter(|(i, _)| active.contains(i))
+                .map(|(i, h)| Box::pin(async move { (i, h.next().await) }));
+            let ((i, report), _, _) = futures_util::future::select_all(futures).await;
+            Some((i, report))
+        }
+    }
+}
+
 impl Running {
-    /// Next piece of output; `None` after `Done` or `Failed`.
-    pub async fn next(&mut self, state: &AppState) -> Option<Step> {
+    /// Next piece of output of some choice; `None` once every choice ended,
+    /// or after a `Failed`.
+    pub async fn next(&mut self, state: &AppState) -> Option<ChoiceStep> {
         loop {
-            let ev = tokio::select! {
-                ev = self.handle.next() => ev,
+            let (index, ev) = tokio::select! {
+                r = next_report(&mut self.handles, &self.ended) => r?,
                 _ = stopped(&mut self.hard_stop) => {
-                    self.handle.cancel();
-                    return Some(Step::Failed(shutdown_error(state)));
+                    for h in &self.handles {
+                        h.cancel();
+                    }
+                    self.ended.iter_mut().for_each(|e| *e = true);
+                    return Some(ChoiceStep { index: 0, step: Step::Failed(shutdown_error(state)) });
                 }
             };
-            return match ev? {
+            let Some(ev) = ev else {
+                self.ended[index] = true;
+                let e = ApiError::Internal("engine ended a choice without a finish".into());
+                self.ended.iter_mut().for_each(|e| *e = true);
+                return Some(ChoiceStep {
+                    index,
+                    step: Step::Failed(e),
+                });
+            };
+            let step = match ev {
                 Ok(EngineEvent::Started { .. }) => continue,
                 Ok(EngineEvent::Delta { text, logprobs, .. })
                     if text.is_empty() && logprobs.is_empty() =>
                 {
                     continue;
                 }
-                Ok(EngineEvent::Delta { text, logprobs, .. }) => {
-                    Some(Step::Text { text, logprobs })
-                }
+                Ok(EngineEvent::Delta { text, logprobs, .. }) => Step::Text { text, logprobs },
                 Ok(EngineEvent::Finished {
                     reason,
                     usage,
                     timings,
-                }) => Some(Step::Done {
+                }) => Step::Done {
                     reason,
                     usage,
                     timings,
-                }),
+                },
                 // `Generation` reports failures as `Err`.
-                Ok(EngineEvent::Error(e)) => Some(Step::Failed(ApiError::from_engine(
-                    e,
-                    state.admission.retry_hint(),
-                ))),
-                Err(e) => Some(Step::Failed(e.into_api(state.admission.retry_hint()))),
+                Ok(EngineEvent::Error(e)) => {
+                    Step::Failed(ApiError::from_engine(e, state.admission.retry_hint()))
+                }
+                Err(e) => Step::Failed(e.into_api(state.admission.retry_hint())),
             };
+            match &step {
+                Step::Done { .. } => self.ended[index] = true,
+                // One failed choice fails the request; dropping the rest
+                // cancels them.
+                Step::Failed(_) => self.ended.iter_mut().for_each(|e| *e = true),
+                Step::Text { .. } => {}
+            }
+            return Some(ChoiceStep { index, step });
         }
+    }
+}
+
+/// The usage of a request over its choices: the prompt once (and its cache
+/// hits as the first choice had them), the output tokens of all.
+pub fn add_usage(total: &mut Option<Usage>, u: &Usage) {
+    match total {
+        None => *total = Some(*u),
+        Some(t) => t.completion_tokens += u.completion_tokens,
     }
 }
 
@@ -222,15 +289,25 @@ pub fn log_finished(id: &str, reason: FinishReason, usage: &Usage, t: &Timings) 
     );
 }
 
-/// Everything a non-streaming request produced.
-pub struct Collected {
+/// One choice of a non-streaming request.
+pub struct CollectedChoice {
     pub text: String,
     /// One per output token when the request asked for log probabilities.
     pub logprobs: Vec<TokenLogprob>,
+    pub reason: FinishReason,
+}
+
+/// Everything a non-streaming request produced.
+pub struct Collected {
+    /// By index.
+    pub choices: Vec<CollectedChoice>,
     /// Whether it asked (an answer with no tokens still says `content: []`).
     pub asked_logprobs: bool,
+    /// The first choice's finish, as the request log records it.
     pub reason: FinishReason,
+    /// Over all choices ([`add_usage`]).
     pub usage: Usage,
+    /// The first choice's.
     pub timings: Timings,
 }
 
@@ -241,29 +318,49 @@ pub async fn collect(
     served: &Served,
 ) -> Result<Collected, ApiError> {
     let started = Instant::now();
-    let mut text = String::new();
-    let mut logprobs = Vec::new();
-    while let Some(step) = run.next(state).await {
+    let n = run.choices();
+    let mut parts: Vec<(String, Vec<TokenLogprob>, Option<FinishReason>)> =
+        (0..n).map(|_| Default::default()).collect();
+    let mut usage = None;
+    let mut first_timings = None;
+    let mut done = 0;
+    while let Some(ChoiceStep { index, step }) = run.next(state).await {
         match step {
-            Step::Text {
-                text: t,
-                logprobs: l,
-            } => {
-                text.push_str(&t);
-                logprobs.extend(l);
+            Step::Text { text, logprobs } => {
+                parts[index].0.push_str(&text);
+                parts[index].1.extend(logprobs);
             }
             Step::Done {
                 reason,
-                usage,
+                usage: u,
                 timings,
             } => {
+                parts[index].2 = Some(reason);
+                add_usage(&mut usage, &u);
+                if index == 0 {
+                    first_timings = Some(timings);
+                }
+                done += 1;
+                if done < n {
+                    continue;
+                }
+                let (usage, timings) =
+                    (usage.unwrap_or_default(), first_timings.unwrap_or_default());
+                let reason = parts[0].2.unwrap_or(reason);
                 served
                     .metrics
                     .record_finished(run.lane, reason.as_str(), &usage, &timings);
                 log_finished(id, reason, &usage, &timings);
+                let choices = parts
+                    .into_iter()
+                    .map(|(text, logprobs, r)| CollectedChoice {
+                        text,
+                        logprobs,
+                        reason: r.unwrap_or(reason),
+                    })
+                    .collect();
                 return Ok(Collected {
-                    text,
-                    logprobs,
+                    choices,
                     asked_logprobs: run.logprobs.is_some(),
                     reason,
                     usage,

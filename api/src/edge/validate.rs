@@ -9,6 +9,7 @@ use std::time::Duration;
 use axum::http::HeaderMap;
 use serde_json::Value;
 use stoker_executor::chat_template::{ChatMessage, RenderOptions, TemplateError};
+use stoker_executor::structured::StructuredOutput;
 use stoker_executor::{Lane, SamplingParams, TenantId, ValidRequest};
 use stoker_schemas::openai::{
     ChatCompletionRequest, CompletionRequest, MessageContent, PromptSpec, StopSpec,
@@ -26,20 +27,26 @@ pub const MAX_DEADLINE: Duration = Duration::from_secs(24 * 3600);
 /// `max_tokens` of a completion when the client sends none (OpenAI's default).
 pub const COMPLETION_DEFAULT_MAX_TOKENS: usize = 16;
 
+/// Most choices (`n`) one request may ask for.
+pub const MAX_CHOICES: usize = 16;
+
 /// A request ready for admission and the engine.
 #[derive(Debug)]
 pub struct Prepared {
     pub request: ValidRequest,
     pub stream: bool,
     pub include_usage: bool,
+    /// Choices to generate (`n`), 1 to [`MAX_CHOICES`].
+    pub n: usize,
 }
 
 impl Prepared {
     pub fn prompt_tokens(&self) -> usize {
         self.request.prompt().len()
     }
+    /// Output tokens the request may generate, over all its choices.
     pub fn max_tokens(&self) -> usize {
-        self.request.params().max_tokens
+        self.request.params().max_tokens * self.n
     }
 }
 
@@ -62,6 +69,7 @@ struct Common<'a> {
     include_stop_str_in_output: Option<bool>,
     service_tier: Option<&'a str>,
     ignore_eos: Option<bool>,
+    response_format: Option<&'a Value>,
 }
 
 /// `service_tier`: `flex` runs in the batch lane (it yields to interactive
@@ -82,12 +90,20 @@ fn lane_of(tier: Option<&str>) -> Result<Lane, ApiError> {
     }
 }
 
-fn common_params(c: &Common<'_>) -> Result<SamplingParams, ApiError> {
-    match c.n {
-        None | Some(1) => {}
-        Some(n) if n < 1 => return Err(ApiError::invalid("`n` must be at least 1", "n")),
-        Some(_) => return Err(ApiError::unsupported("n", "more than one choice (n > 1)")),
+/// `n`: 1 to [`MAX_CHOICES`].
+fn choices(n: Option<i64>) -> Result<usize, ApiError> {
+    match n {
+        None => Ok(1),
+        Some(n) if (1..=MAX_CHOICES as i64).contains(&n) => Ok(n as usize),
+        Some(n) => Err(ApiError::invalid(
+            format!("`n` must be between 1 and {MAX_CHOICES}, got {n}"),
+            "n",
+        )),
     }
+}
+
+fn common_params(c: &Common<'_>) -> Result<SamplingParams, ApiError> {
+    choices(c.n)?;
     let penalty = |name: &str, v: Option<f64>, default: f32| -> Result<f32, ApiError> {
         match v {
             None => Ok(default),
@@ -133,6 +149,7 @@ fn common_params(c: &Common<'_>) -> Result<SamplingParams, ApiError> {
         }
     };
     let stop = c.stop.clone().map(StopSpec::into_vec).unwrap_or_default();
+    let structured = response_format(c.response_format)?;
     Ok(SamplingParams {
         // Range checks happen in ValidRequest::new; non-finite f64 values
         // stay non-finite as f32 and are refused there.
@@ -153,7 +170,82 @@ fn common_params(c: &Common<'_>) -> Result<SamplingParams, ApiError> {
         logit_bias,
         min_tokens,
         include_stop_str_in_output: c.include_stop_str_in_output.unwrap_or(false),
+        structured,
     })
+}
+
+/// OpenAI's `response_format`: `text` (none), `json_object`, or `json_schema`
+/// with its `schema`, all enforced while decoding whatever `strict` says (as
+/// vLLM does). Other types are refused by name.
+fn response_format(v: Option<&Value>) -> Result<Option<StructuredOutput>, ApiError> {
+    let map = match v {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Object(m)) => m,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "`response_format` must be an object with a `type`",
+                "response_format",
+            ));
+        }
+    };
+    let kind = map.get("type").and_then(Value::as_str).ok_or_else(|| {
+        ApiError::invalid(
+            "`response_format.type` must be `text`, `json_object` or `json_schema`",
+            "response_format.type",
+        )
+    })?;
+    match kind {
+        "text" => Ok(None),
+        "json_object" => Ok(Some(StructuredOutput::JsonObject)),
+        "json_schema" => {
+            let param = "response_format.json_schema";
+            let js = map
+                .get("json_schema")
+                .and_then(Value::as_object)
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        "`response_format.json_schema` must be an object with a `schema`",
+                        param,
+                    )
+                })?;
+            if js
+                .get("name")
+                .is_some_and(|n| !(n.is_string() || n.is_null()))
+            {
+                return Err(ApiError::invalid(
+                    "`response_format.json_schema.name` must be a string",
+                    "response_format.json_schema.name",
+                ));
+            }
+            if js
+                .get("strict")
+                .is_some_and(|n| !(n.is_boolean() || n.is_null()))
+            {
+                return Err(ApiError::invalid(
+                    "`response_format.json_schema.strict` must be a boolean",
+                    "response_format.json_schema.strict",
+                ));
+            }
+            let schema = js.get("schema").filter(|s| !s.is_null()).ok_or_else(|| {
+                ApiError::invalid(
+                    "`response_format.json_schema.schema` is required",
+                    "response_format.json_schema.schema",
+                )
+            })?;
+            let format = StructuredOutput::JsonSchema(schema.clone());
+            format.validate().map_err(|e| {
+                ApiError::invalid(
+                    format!("`response_format`: {e}"),
+                    "response_format.json_schema.schema",
+                )
+            })?;
+            Ok(Some(format))
+        }
+        other => Err(ApiError::unsupported(
+            "response_format.type",
+            &format!("a response format of type `{}`", truncate(other, 32)),
+        )),
+    }
 }
 
 /// OpenAI's `logit_bias`: an object from token ids (as strings) to a bias,
@@ -224,12 +316,14 @@ fn finish(
     mut params: SamplingParams,
     requested_max: Option<usize>,
     default_max: Option<usize>,
-    stream: bool,
-    include_usage: Option<bool>,
+    c: &Common<'_>,
     lane: Lane,
     tenant: &str,
     t: &Target,
 ) -> Result<Prepared, ApiError> {
+    let n = choices(c.n)?;
+    let stream = c.stream.unwrap_or(false);
+    let include_usage = c.include_usage;
     let l = &t.limits;
     params.max_tokens = match requested_max.or(default_max) {
         Some(n) => n,
@@ -256,11 +350,23 @@ fn finish(
         }
         .into());
     }
-    let request = ValidRequest::new(prompt, params, lane, TenantId(tenant.to_string()), l)?;
+    let mut request = ValidRequest::new(prompt, params, lane, TenantId(tenant.to_string()), l)?;
+    if request.needs_constraint() {
+        // Compiled here so a schema llguidance cannot enforce is a 400
+        // before admission; the engine takes the compiled grammar as it is.
+        let grammars = t
+            .served
+            .artifact
+            .tokenizer()
+            .grammars()
+            .map_err(stoker_executor::ValidationError::from)?;
+        request.compile_constraint(grammars)?;
+    }
     Ok(Prepared {
         request,
         stream,
         include_usage: include_usage.unwrap_or(false),
+        n,
     })
 }
 
@@ -307,6 +413,7 @@ pub fn chat(req: ChatCompletionRequest, tenant: &str, t: &Target) -> Result<Prep
         include_stop_str_in_output: req.include_stop_str_in_output,
         service_tier: req.service_tier.as_deref(),
         ignore_eos: req.ignore_eos,
+        response_format: req.response_format.as_ref(),
     };
     let params = common_params(&c)?;
     let lane = lane_of(c.service_tier)?;
@@ -328,15 +435,6 @@ pub fn chat(req: ChatCompletionRequest, tenant: &str, t: &Target) -> Result<Prep
     {
         return Err(ApiError::unsupported("tool_choice", "tool calling"));
     }
-    if let Some(rf) = &req.response_format {
-        let kind = rf.get("type").and_then(Value::as_str);
-        if !(rf.is_null() || kind == Some("text")) {
-            return Err(ApiError::unsupported(
-                "response_format",
-                "a response format other than `text`",
-            ));
-        }
-    }
     let mut params = params;
     params.logprobs = chat_logprobs(req.logprobs, req.top_logprobs)?;
     let prompt = chat_prompt(&req.messages, true, t)?;
@@ -344,17 +442,7 @@ pub fn chat(req: ChatCompletionRequest, tenant: &str, t: &Target) -> Result<Prep
         Some(n) => Some(n),
         None => max_tokens(req.max_tokens, "max_tokens")?,
     };
-    finish(
-        prompt,
-        params,
-        requested,
-        None,
-        c.stream.unwrap_or(false),
-        c.include_usage,
-        lane,
-        tenant,
-        t,
-    )
+    finish(prompt, params, requested, None, &c, lane, tenant, t)
 }
 
 /// Chat's `logprobs` and `top_logprobs` as the engine takes them: OpenAI
@@ -536,6 +624,7 @@ pub fn completion(req: CompletionRequest, tenant: &str, t: &Target) -> Result<Pr
         include_stop_str_in_output: req.include_stop_str_in_output,
         service_tier: req.service_tier.as_deref(),
         ignore_eos: req.ignore_eos,
+        response_format: req.response_format.as_ref(),
     };
     let params = common_params(&c)?;
     let lane = lane_of(c.service_tier)?;
@@ -576,8 +665,7 @@ pub fn completion(req: CompletionRequest, tenant: &str, t: &Target) -> Result<Pr
         params,
         max_tokens(req.max_tokens, "max_tokens")?,
         Some(COMPLETION_DEFAULT_MAX_TOKENS),
-        c.stream.unwrap_or(false),
-        c.include_usage,
+        &c,
         lane,
         tenant,
         t,

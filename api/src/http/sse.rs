@@ -16,6 +16,7 @@ use stoker_schemas::openai::{
 };
 
 use stoker_executor::TokenLogprob;
+use stoker_executor::engine::{FinishReason, Timings};
 
 use crate::edge::generate::{Running, Step};
 use crate::edge::reqlog::LogSlot;
@@ -74,8 +75,9 @@ struct Chunker {
     include_usage: bool,
     /// Spells log probabilities, when the request asked for them.
     logprobs: Option<std::sync::Arc<dyn crate::backend::Artifact>>,
-    /// Characters of completion text streamed so far (`text_offset`).
-    offset: u64,
+    /// Characters of completion text streamed so far (`text_offset`), per
+    /// choice.
+    offsets: Vec<u64>,
 }
 
 impl Chunker {
@@ -85,6 +87,7 @@ impl Chunker {
 
     fn text(
         &mut self,
+        index: usize,
         text: Option<String>,
         lps: &[TokenLogprob],
         role: bool,
@@ -99,7 +102,7 @@ impl Chunker {
                 model: self.env.model.clone(),
                 system_fingerprint: self.env.fingerprint.clone(),
                 choices: vec![ChatChunkChoice {
-                    index: 0,
+                    index: index as u32,
                     delta: ChatDelta {
                         role: role.then(|| "assistant".to_string()),
                         content: text,
@@ -116,11 +119,12 @@ impl Chunker {
                 model: self.env.model.clone(),
                 system_fingerprint: self.env.fingerprint.clone(),
                 choices: vec![CompletionChoice {
-                    index: 0,
+                    index: index as u32,
                     text: text.unwrap_or_default(),
                     finish_reason: finish.map(str::to_string),
-                    logprobs: art
-                        .map(|a| logprobs::completion(a.tokenizer(), lps, &mut self.offset)),
+                    logprobs: art.map(|a| {
+                        logprobs::completion(a.tokenizer(), lps, &mut self.offsets[index])
+                    }),
                 }],
                 usage: self.usage_field(None),
             }),
@@ -158,6 +162,10 @@ struct StreamState {
     first: bool,
     ended: bool,
     log: RowOnDrop,
+    /// Choices that finished, and what they used between them.
+    done: usize,
+    usage: Option<stoker_executor::engine::Usage>,
+    first_finish: Option<(FinishReason, Timings)>,
 }
 
 /// Writes the stream's request-log row when the stream ends or is dropped
@@ -185,7 +193,7 @@ pub fn response(run: Running, app: AppState, kind: Kind, env: Envelope, slot: Lo
         env,
         include_usage: run.include_usage,
         logprobs: run.logprobs.clone(),
-        offset: 0,
+        offsets: vec![0; run.choices()],
     };
     slot.defer();
     let st = StreamState {
@@ -198,6 +206,9 @@ pub fn response(run: Running, app: AppState, kind: Kind, env: Envelope, slot: Lo
         chunker,
         first: true,
         ended: false,
+        done: 0,
+        usage: None,
+        first_finish: None,
     };
     let body = stream::unfold(st, |mut st| async move {
         if st.ended {
@@ -205,39 +216,58 @@ pub fn response(run: Running, app: AppState, kind: Kind, env: Envelope, slot: Lo
         }
         let mut out = Vec::new();
         if st.first && st.chunker.kind == Kind::Chat {
-            out.extend(st.chunker.text(Some(String::new()), &[], true, None));
+            for i in 0..st.run.choices() {
+                out.extend(st.chunker.text(i, Some(String::new()), &[], true, None));
+            }
         }
         st.first = false;
-        match st.run.next(&st.app).await {
-            Some(Step::Text { text, logprobs }) => {
-                out.extend(st.chunker.text(Some(text), &logprobs, false, None))
+        match st.run.next(&st.app).await.map(|c| (c.index, c.step)) {
+            Some((i, Step::Text { text, logprobs })) => {
+                out.extend(st.chunker.text(i, Some(text), &logprobs, false, None))
             }
-            Some(Step::Done {
-                reason,
-                usage,
-                timings,
-            }) => {
-                if let Some(s) = st.app.served() {
-                    s.metrics
-                        .record_finished(st.run.lane, reason.as_str(), &usage, &timings);
-                }
-                st.log.slot.finished(reason.as_str(), &usage, &timings);
-                crate::edge::generate::log_finished(&st.chunker.env.id, reason, &usage, &timings);
+            Some((
+                i,
+                Step::Done {
+                    reason,
+                    usage,
+                    timings,
+                },
+            )) => {
                 let last = match st.chunker.kind {
-                    Kind::Chat => st.chunker.text(None, &[], false, Some(reason.as_str())),
+                    Kind::Chat => st.chunker.text(i, None, &[], false, Some(reason.as_str())),
                     Kind::Completion => {
                         st.chunker
-                            .text(Some(String::new()), &[], false, Some(reason.as_str()))
+                            .text(i, Some(String::new()), &[], false, Some(reason.as_str()))
                     }
                 };
                 out.extend(last);
-                if st.chunker.include_usage {
-                    out.extend(st.chunker.usage(usage_of(&usage)));
+                crate::edge::generate::add_usage(&mut st.usage, &usage);
+                if i == 0 {
+                    st.first_finish = Some((reason, timings));
                 }
-                out.extend_from_slice(DONE_FRAME);
-                st.ended = true;
+                st.done += 1;
+                if st.done == st.run.choices() {
+                    let usage = st.usage.unwrap_or_default();
+                    let (reason, timings) = st.first_finish.unwrap_or((reason, timings));
+                    if let Some(s) = st.app.served() {
+                        s.metrics
+                            .record_finished(st.run.lane, reason.as_str(), &usage, &timings);
+                    }
+                    st.log.slot.finished(reason.as_str(), &usage, &timings);
+                    crate::edge::generate::log_finished(
+                        &st.chunker.env.id,
+                        reason,
+                        &usage,
+                        &timings,
+                    );
+                    if st.chunker.include_usage {
+                        out.extend(st.chunker.usage(usage_of(&usage)));
+                    }
+                    out.extend_from_slice(DONE_FRAME);
+                    st.ended = true;
+                }
             }
-            Some(Step::Failed(e)) => {
+            Some((_, Step::Failed(e))) => {
                 if let Some(s) = st.app.served() {
                     s.metrics.record_rejected(e.code());
                 }

@@ -21,6 +21,7 @@ use crate::request::SamplingParams;
 use crate::sampling::{SeqRng, sample};
 use crate::scheduler::{PerLane, Scheduler, SchedulerConfig, SchedulerError, SeqSpec};
 use crate::stop::{StopMatcher, StopOutcome};
+use crate::structured::{Constraint, Mask};
 
 /// Per-sequence state that is not the scheduler's business.
 struct SeqState {
@@ -44,6 +45,14 @@ struct SeqState {
     cached_prompt_tokens: usize,
 }
 
+/// A sibling choice not yet admitted.
+struct Parked {
+    seq: SeqId,
+    request: crate::request::ValidRequest,
+    events: tmpsc::UnboundedSender<EngineEvent>,
+    submitted_at: Instant,
+}
+
 pub(super) struct EngineCore {
     model: Model,
     kv: KvStorage,
@@ -52,8 +61,15 @@ pub(super) struct EngineCore {
     seqs: HashMap<SeqId, SeqState>,
     stats: EngineStats,
     sample_scratch: Vec<(f32, u32)>,
-    /// A row's logits after the request's bias and penalties.
+    /// A row's logits after the request's bias, penalties and grammar.
     processed_logits: Vec<f32>,
+    /// The grammars of sequences with a response format. Apart from
+    /// [`SeqState`] so a step's masks can be computed while the forward
+    /// pass borrows the rest.
+    constraints: HashMap<SeqId, Constraint>,
+    /// Sibling choices (`n`) waiting for their first choice's prefill, by
+    /// that choice's id.
+    parked: HashMap<SeqId, Vec<Parked>>,
     attention_order: AttentionOrder,
 }
 
@@ -100,6 +116,8 @@ impl EngineCore {
             stats: EngineStats::default(),
             sample_scratch: Vec::new(),
             processed_logits: Vec::new(),
+            constraints: HashMap::new(),
+            parked: HashMap::new(),
             attention_order: config.attention_order,
         };
         core.refresh_gauges();
@@ -182,7 +200,23 @@ impl EngineCore {
                 request,
                 events,
                 submitted_at,
-            } => self.admit(seq, request, events, submitted_at),
+                after,
+            } => {
+                let prefilling = after
+                    .and_then(|l| self.seqs.get(&l))
+                    .is_some_and(|l| l.first_token_at.is_none());
+                match after {
+                    Some(leader) if prefilling => {
+                        self.parked.entry(leader).or_default().push(Parked {
+                            seq,
+                            request,
+                            events,
+                            submitted_at,
+                        });
+                    }
+                    _ => self.admit(seq, request, events, submitted_at),
+                }
+            }
             Command::Cancel(seq) => self.finish(seq, FinishReason::Cancelled),
             Command::Preempt(seq) => {
                 if self.sched.preempt_now(seq).is_ok() {
@@ -206,11 +240,18 @@ impl EngineCore {
     fn admit(
         &mut self,
         seq: SeqId,
-        request: crate::request::ValidRequest,
+        mut request: crate::request::ValidRequest,
         events: tmpsc::UnboundedSender<EngineEvent>,
         submitted_at: Instant,
     ) {
         let params = request.params().clone();
+        let constraint = request.take_constraint();
+        if params.structured.is_some() && constraint.is_none() {
+            let _ = events.send(EngineEvent::Error(EngineError::Internal(
+                "a response format reached the engine uncompiled".into(),
+            )));
+            return;
+        }
         let spec = SeqSpec {
             id: seq,
             lane: request.lane(),
@@ -244,6 +285,9 @@ impl EngineCore {
             seq.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ t ^ std::process::id() as u64
         });
         self.stats.prompt_tokens_total += request.prompt().len() as u64;
+        if let Some(c) = constraint {
+            self.constraints.insert(seq, c);
+        }
         self.seqs.insert(
             seq,
             SeqState {
@@ -328,7 +372,28 @@ impl EngineCore {
                     .map_or(0, |s| s.ordered_prompt_len()),
             })
             .collect();
-        let result = self.model.forward(&chunks, &mut self.kv, &mut self.ws);
+        // The grammar masks of this step's sampled rows depend only on tokens
+        // already sampled, so they are computed beside the forward pass.
+        let constrained: Vec<SeqId> = plan
+            .chunks
+            .iter()
+            .filter(|c| c.sample && self.constraints.contains_key(&c.seq))
+            .map(|c| c.seq)
+            .collect();
+        let (model, kv, ws, constraints) = (
+            &self.model,
+            &mut self.kv,
+            &mut self.ws,
+            &mut self.constraints,
+        );
+        let (result, mut masks) = if constrained.is_empty() {
+            (model.forward(&chunks, kv, ws), HashMap::new())
+        } else {
+            rayon::join(
+                || model.forward(&chunks, kv, ws),
+                || step_masks(constraints, &constrained),
+            )
+        };
         drop(chunks);
         let logits = match result {
             Ok(l) => l,
@@ -352,7 +417,8 @@ impl EngineCore {
             .map(|c| c.seq)
             .collect();
         for (seq, row) in sampled.into_iter().zip(logits) {
-            self.on_logits(seq, &row);
+            let mask = masks.remove(&seq);
+            self.on_logits(seq, &row, mask);
         }
         self.stats.steps_total += 1;
         let dt = started.elapsed();
@@ -389,21 +455,52 @@ impl EngineCore {
         true
     }
 
-    fn on_logits(&mut self, seq: SeqId, logits: &[f32]) {
+    fn on_logits(&mut self, seq: SeqId, logits: &[f32], mask: Option<Result<Mask, String>>) {
+        let mask = match mask.transpose() {
+            Ok(m) => m,
+            Err(e) => {
+                self.fail(seq, EngineError::Internal(format!("grammar mask: {e}")));
+                return;
+            }
+        };
         let Some(s) = self.seqs.get_mut(&seq) else {
             return;
         };
-        let tok = if s.params.processes_logits(s.generated) {
+        let processes = s.params.processes_logits(s.generated);
+        let tok = if processes || mask.is_some() {
             let row = &mut self.processed_logits;
             row.clear();
             row.extend_from_slice(logits);
-            s.logit_state
-                .apply(&s.params, s.generated, &s.stop_ids, row);
+            if processes {
+                s.logit_state
+                    .apply(&s.params, s.generated, &s.stop_ids, row);
+            }
+            if let Some(m) = &mask {
+                m.apply(row);
+                if !row.iter().any(|x| x.is_finite()) {
+                    // The request's rules masked all the grammar allows
+                    // (min_tokens against a finished grammar): the grammar wins.
+                    row.clear();
+                    row.extend_from_slice(logits);
+                    m.apply(row);
+                }
+            }
             sample(row, &s.params, &mut s.rng, &mut self.sample_scratch)
         } else {
             sample(logits, &s.params, &mut s.rng, &mut self.sample_scratch)
         };
         s.logit_state.record(tok);
+        let mut grammar_done = false;
+        if let Some(c) = self.constraints.get_mut(&seq) {
+            if let Err(e) = c.consume(tok) {
+                self.fail(seq, EngineError::Internal(format!("grammar: {e}")));
+                return;
+            }
+            grammar_done = c.is_finished();
+        }
+        let Some(s) = self.seqs.get_mut(&seq) else {
+            return;
+        };
         // From the raw logits, whatever the request's rules changed.
         let logprob = s
             .params
@@ -411,9 +508,17 @@ impl EngineCore {
             .map(|n| token_logprob(logits, tok, n, &mut self.sample_scratch));
         s.generated += 1;
         self.stats.generation_tokens_total += 1;
-        if s.first_token_at.is_none() {
+        let first = s.first_token_at.is_none();
+        if first {
             s.first_token_at = Some(Instant::now());
         }
+        if first {
+            // The prompt's blocks are in the prefix cache now.
+            self.release_parked(seq);
+        }
+        let Some(s) = self.seqs.get_mut(&seq) else {
+            return;
+        };
         if s.stop_ids.contains(&tok) {
             let tail = s
                 .detok
@@ -458,7 +563,7 @@ impl EngineCore {
             }
         }
         let at_length = s.generated >= s.params.max_tokens;
-        if at_length && !stopped {
+        if (at_length || grammar_done) && !stopped {
             let tail = s
                 .detok
                 .flush(&self.model.tokenizer)
@@ -476,7 +581,7 @@ impl EngineCore {
                 }
             }
         }
-        if !out.is_empty() || stopped || at_length {
+        if !out.is_empty() || stopped || at_length || grammar_done {
             let ids = std::mem::take(&mut s.pending_ids);
             let logprobs = std::mem::take(&mut s.pending_logprobs);
             if !out.is_empty() || !ids.is_empty() {
@@ -487,7 +592,7 @@ impl EngineCore {
                 });
             }
         }
-        if stopped {
+        if stopped || grammar_done {
             self.finish(seq, FinishReason::Stop);
         } else if at_length {
             self.finish(seq, FinishReason::Length);
@@ -501,7 +606,19 @@ impl EngineCore {
         }
     }
 
+    /// Admits the sibling choices that waited for `leader`'s prefill (or
+    /// for its end, if it ended first); those whose caller left are dropped.
+    fn release_parked(&mut self, leader: SeqId) {
+        for p in self.parked.remove(&leader).unwrap_or_default() {
+            if !p.events.is_closed() {
+                self.admit(p.seq, p.request, p.events, p.submitted_at);
+            }
+        }
+    }
+
     fn finish(&mut self, seq: SeqId, reason: FinishReason) {
+        self.release_parked(seq);
+        self.constraints.remove(&seq);
         let Some(s) = self.seqs.remove(&seq) else {
             return;
         };
@@ -531,6 +648,8 @@ impl EngineCore {
     }
 
     fn fail(&mut self, seq: SeqId, err: EngineError) {
+        self.release_parked(seq);
+        self.constraints.remove(&seq);
         if let Some(s) = self.seqs.remove(&seq) {
             let _ = self.sched.finish(seq);
             let _ = s.events.send(EngineEvent::Error(err));
@@ -556,6 +675,16 @@ impl EngineCore {
 
 /// The prefix-cache hash chain is seeded by the model's identity, so blocks of
 /// one revision can never satisfy a lookup for another.
+/// The grammar masks of `seqs`, each from its sequence's constraint.
+fn step_masks(
+    constraints: &mut HashMap<SeqId, Constraint>,
+    seqs: &[SeqId],
+) -> HashMap<SeqId, Result<Mask, String>> {
+    seqs.iter()
+        .filter_map(|seq| Some((*seq, constraints.get_mut(seq)?.mask())))
+        .collect()
+}
+
 fn revision_salt(sha256_hex: &str) -> [u8; 32] {
     let mut salt = [0u8; 32];
     if let Ok(bytes) = hex::decode(sha256_hex) {

@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use tokio::sync::mpsc as tmpsc;
 
-use crate::error::{EngineError, ModelError};
+use crate::error::{EngineError, ModelError, ValidationError};
 use crate::ids::{Lane, SeqId, TenantId};
 use crate::model::Model;
 pub use crate::model::row_order::AttentionOrder;
@@ -84,6 +84,9 @@ pub(crate) enum Command {
         request: ValidRequest,
         events: tmpsc::UnboundedSender<EngineEvent>,
         submitted_at: Instant,
+        /// A sibling choice waits for this sequence's prompt to be computed
+        /// and then takes its KV blocks from the prefix cache.
+        after: Option<SeqId>,
     },
     Cancel(SeqId),
     /// Test hook: preempt a running sequence as if memory ran out.
@@ -133,6 +136,22 @@ impl Engine {
         });
         let tokenizer = model.tokenizer.clone();
         let chat_template = model.chat_template.clone();
+        // The grammar compiler's token trie, built in the background so the
+        // first structured request does not wait for it (it blocks on the
+        // same cell if it comes first).
+        let t = tokenizer.clone();
+        let _ = std::thread::Builder::new()
+            .name("stoker-grammars".into())
+            .spawn(move || {
+                let started = Instant::now();
+                match t.grammars() {
+                    Ok(_) => tracing::debug!(
+                        ms = started.elapsed().as_millis() as u64,
+                        "grammar vocabulary ready"
+                    ),
+                    Err(e) => tracing::warn!(error = %e, "structured outputs unavailable"),
+                }
+            });
         let mut core = core::EngineCore::new(model, &config)?;
         let info = core.info();
         *shared.stats.lock().unwrap() = core.stats();
@@ -200,22 +219,60 @@ impl Engine {
     /// Hands a validated request to the engine. Refusals that depend on the
     /// engine's state (queue full, cannot fit) arrive as the first event.
     pub fn submit(&self, request: ValidRequest) -> Result<RequestHandle, EngineError> {
-        let seq = SeqId(self.next_seq.fetch_add(1, Ordering::Relaxed));
-        let (events_tx, events_rx) = tmpsc::unbounded_channel();
-        self.tx
-            .send(Command::Submit {
-                seq,
-                request,
-                events: events_tx,
-                submitted_at: Instant::now(),
-            })
-            .map_err(|_| EngineError::Stopped("engine thread has exited".into()))?;
-        Ok(RequestHandle {
+        let mut handles = self.submit_n(request, 1)?;
+        Ok(handles.remove(0))
+    }
+
+    /// Submits `n` choices of one request (OpenAI's `n`), each with its own
+    /// seed ([`ValidRequest::choice`]). The prompt is computed once: the
+    /// siblings wait for the first choice's prefill and take its blocks from
+    /// the prefix cache (all but a last partial block).
+    pub fn submit_n(
+        &self,
+        mut request: ValidRequest,
+        n: usize,
+    ) -> Result<Vec<RequestHandle>, EngineError> {
+        if request.needs_constraint() {
+            // Compiled here, on the caller's thread, never on the engine's.
+            let grammars = self.tokenizer.grammars().map_err(ValidationError::from)?;
+            request.compile_constraint(grammars)?;
+        }
+        let mut handles = Vec::with_capacity(n);
+        let mut leader = None;
+        for i in 0..n.max(1) {
+            let seq = SeqId(self.next_seq.fetch_add(1, Ordering::Relaxed));
+            let (events_tx, events_rx) = tmpsc::unbounded_channel();
+            let request = if i == 0 {
+                request.clone()
+            } else {
+                request.choice(i as u64)
+            };
+            self.tx
+                .send(Command::Submit {
+                    seq,
+                    request,
+                    events: events_tx,
+                    submitted_at: Instant::now(),
+                    after: leader,
+                })
+                .map_err(|_| EngineError::Stopped("engine thread has exited".into()))?;
+            leader = leader.or(Some(seq));
+            handles.push(self.handle(seq, events_rx));
+        }
+        Ok(handles)
+    }
+
+    fn handle(
+        &self,
+        seq: SeqId,
+        events_rx: tmpsc::UnboundedReceiver<EngineEvent>,
+    ) -> RequestHandle {
+        RequestHandle {
             seq,
             events: events_rx,
             cancel: self.tx.clone(),
             done: false,
-        })
+        }
     }
 
     /// Puts new step-planner targets in force from the next step. Targets the

@@ -315,6 +315,7 @@ impl ModelTokenizer {
         Ok(Self {
             inner,
             plain: Arc::new(OnceLock::new()),
+            grammars: Arc::new(OnceLock::new()),
             pieces,
             family,
             vocab_size,

@@ -90,6 +90,8 @@ pub struct ModelTokenizer {
     inner: Tokenizer,
     /// `inner` with control tokens left as text, built on first use.
     plain: Arc<OnceLock<Tokenizer>>,
+    /// The grammar compiler over this vocabulary, built on first use.
+    grammars: Arc<OnceLock<Result<crate::structured::Grammars, crate::structured::GrammarError>>>,
     /// Decoding table of `▁`-escaped vocabularies; byte-level BPE uses `inner`.
     pieces: Option<Arc<Pieces>>,
     family: TokenizerFamily,
@@ -334,6 +336,17 @@ impl ModelTokenizer {
     /// tokenize identically.
     pub fn sha256_hex(&self) -> String {
         self.sha256.clone()
+    }
+
+    /// The compiler of response formats over this vocabulary, built on the
+    /// first request that asks for one and shared by every clone.
+    pub fn grammars(
+        &self,
+    ) -> Result<&crate::structured::Grammars, crate::structured::GrammarError> {
+        self.grammars
+            .get_or_init(|| crate::structured::Grammars::new(self))
+            .as_ref()
+            .map_err(Clone::clone)
     }
 
     /// The underlying `tokenizers` tokenizer.

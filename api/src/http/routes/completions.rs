@@ -172,22 +172,27 @@ async fn run(
 /// The `chat.completion` object of a finished request; `tok` spells its
 /// log probabilities, if it has them.
 pub fn chat_body(env: Envelope, c: generate::Collected, tok: &ModelTokenizer) -> ChatCompletion {
-    let logprobs = c.asked_logprobs.then(|| logprobs::chat(tok, &c.logprobs));
+    let asked = c.asked_logprobs;
     ChatCompletion {
         id: env.id,
         object: "chat.completion".into(),
         created: env.created,
         model: env.model,
         system_fingerprint: env.fingerprint,
-        choices: vec![ChatChoice {
-            index: 0,
-            message: ChatMessageOut {
-                role: "assistant".into(),
-                content: c.text,
-            },
-            finish_reason: c.reason.as_str().to_string(),
-            logprobs,
-        }],
+        choices: c
+            .choices
+            .into_iter()
+            .enumerate()
+            .map(|(i, ch)| ChatChoice {
+                index: i as u32,
+                logprobs: asked.then(|| logprobs::chat(tok, &ch.logprobs)),
+                message: ChatMessageOut {
+                    role: "assistant".into(),
+                    content: ch.text,
+                },
+                finish_reason: ch.reason.as_str().to_string(),
+            })
+            .collect(),
         usage: sse::usage_of(&c.usage),
     }
 }
@@ -195,21 +200,24 @@ pub fn chat_body(env: Envelope, c: generate::Collected, tok: &ModelTokenizer) ->
 /// The `text_completion` object of a finished request; `tok` spells its
 /// log probabilities, if it has them.
 pub fn completion_body(env: Envelope, c: generate::Collected, tok: &ModelTokenizer) -> Completion {
-    let logprobs = c
-        .asked_logprobs
-        .then(|| logprobs::completion(tok, &c.logprobs, &mut 0));
+    let asked = c.asked_logprobs;
     Completion {
         id: env.id,
         object: "text_completion".into(),
         created: env.created,
         model: env.model,
         system_fingerprint: env.fingerprint,
-        choices: vec![CompletionChoice {
-            index: 0,
-            text: c.text,
-            finish_reason: Some(c.reason.as_str().to_string()),
-            logprobs,
-        }],
+        choices: c
+            .choices
+            .into_iter()
+            .enumerate()
+            .map(|(i, ch)| CompletionChoice {
+                index: i as u32,
+                logprobs: asked.then(|| logprobs::completion(tok, &ch.logprobs, &mut 0)),
+                text: ch.text,
+                finish_reason: Some(ch.reason.as_str().to_string()),
+            })
+            .collect(),
         usage: Some(Some(sse::usage_of(&c.usage))),
     }
 }

@@ -1,0 +1,78 @@
+//! One sequence's grammar state: the mask of tokens allowed next, and the
+//! advance past each sampled token.
+
+use llguidance::Matcher;
+use llguidance::toktrie::SimpleVob;
+
+/// The grammar of one sequence, advanced token by token.
+#[derive(Clone)]
+pub struct Constraint {
+    matcher: Matcher,
+    vocab_size: usize,
+}
+
+impl std::fmt::Debug for Constraint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Constraint")
+            .field("stopped", &self.matcher.is_stopped())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The tokens a grammar allows at one step.
+#[derive(Debug)]
+pub struct Mask(SimpleVob);
+
+impl Mask {
+    pub fn allows(&self, token: u32) -> bool {
+        (token as usize) < self.0.len() && self.0.is_allowed(token)
+    }
+
+    /// Sets every forbidden token's logit to minus infinity (ids past the
+    /// vocabulary too).
+    pub fn apply(&self, row: &mut [f32]) {
+        for (id, x) in row.iter_mut().enumerate() {
+            if !self.allows(id as u32) {
+                *x = f32::NEG_INFINITY;
+            }
+        }
+    }
+
+    /// How many tokens the mask allows.
+    pub fn count(&self) -> usize {
+        self.0.num_set()
+    }
+}
+
+impl Constraint {
+    pub(super) fn new(matcher: Matcher, vocab_size: usize) -> Self {
+        Constraint {
+            matcher,
+            vocab_size,
+        }
+    }
+
+    /// The tokens allowed next: the grammar's continuations, and the
+    /// end-of-sequence token once the output is complete.
+    pub fn mask(&mut self) -> Result<Mask, String> {
+        self.matcher
+            .compute_mask_or_eos()
+            .map(Mask)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Advances past a sampled token. A token the mask forbade is an error
+    /// (the engine never samples one).
+    pub fn consume(&mut self, token: u32) -> Result<(), String> {
+        if token as usize >= self.vocab_size {
+            return Err(format!("token {token} is outside the grammar's vocabulary"));
+        }
+        self.matcher.consume_token(token).map_err(|e| e.to_string())
+    }
+
+    /// Whether the output is complete and nothing can follow it: the
+    /// sequence ends here as if at a stop token.
+    pub fn is_finished(&self) -> bool {
+        self.matcher.is_stopped()
+    }
+}
