@@ -20,7 +20,7 @@ use stoker_executor::{
 use stoker_test_support::{median, model_path};
 
 const OUTPUT_TOKENS: usize = 64;
-const ROUNDS: usize = 5;
+const ROUNDS: usize = 9;
 
 #[derive(Clone, Copy, Debug)]
 enum Variant {
@@ -79,6 +79,7 @@ fn main() {
     engine.warm_up().unwrap();
     // Builds the vocabulary's token trie once, outside the timings.
     engine.tokenizer().grammars().unwrap();
+    per_token_costs(&engine);
     println!("## Scoring features against plain greedy decoding\n");
     println!("{OUTPUT_TOKENS} output tokens per request, median of {ROUNDS} alternating rounds.\n");
     println!(
@@ -102,4 +103,47 @@ fn main() {
             logprobs / plain
         );
     }
+}
+
+/// The per-token work each feature adds, timed alone (steadier than the
+/// throughput ratios on a shared machine): a log-softmax with the top 20
+/// over one vocabulary row, and one grammar step (mask, apply, advance).
+fn per_token_costs(engine: &Engine) {
+    use stoker_executor::logprobs::token_logprob;
+    const CALLS: usize = 2000;
+    let vocab = engine.info().vocab_size;
+    let row: Vec<f32> = (0..vocab)
+        .map(|i| ((i as u64 * 2_654_435_761) % 10_007) as f32 / 500.0 - 10.0)
+        .collect();
+    // Built first: the engine's background build would share the cores.
+    let grammars = engine.tokenizer().grammars().unwrap();
+    let mut scratch = Vec::new();
+    let started = Instant::now();
+    for i in 0..CALLS {
+        std::hint::black_box(token_logprob(&row, i as u32, 20, &mut scratch));
+    }
+    let logprob_us = started.elapsed().as_secs_f64() * 1e6 / CALLS as f64;
+
+    let format = StructuredOutput::JsonSchema(json!({
+        "type": "object", "additionalProperties": false, "required": ["label", "reason"],
+        "properties": {"label": {"enum": ["positive", "negative", "neutral"]},
+                       "reason": {"type": "string", "minLength": 100000}}}));
+    let mut c = grammars.compile(&format).unwrap();
+    let mut logits = row.clone();
+    let started = Instant::now();
+    for _ in 0..CALLS {
+        let mask = c.mask().unwrap();
+        logits.copy_from_slice(&row);
+        mask.apply(&mut logits);
+        let tok = (0..vocab as u32).find(|&t| mask.allows(t)).unwrap();
+        c.consume(tok).unwrap();
+    }
+    let grammar_us = started.elapsed().as_secs_f64() * 1e6 / CALLS as f64;
+    println!("## Per-token cost\n");
+    println!("| work | µs per token |");
+    println!("|---|---|");
+    println!("| log-softmax and top 20 over {vocab} logits | {logprob_us:.1} |");
+    println!(
+        "| grammar step: mask, apply, advance (JSON object, string field) | {grammar_us:.1} |\n"
+    );
 }
