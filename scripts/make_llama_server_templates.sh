@@ -5,7 +5,9 @@
 # 127.0.0.1 and a free port, with SmolLM2-135M, whose tokens fill
 # bos_token/eos_token), for a fixed system/user/assistant/user conversation with
 # add_generation_prompt. Makes executor/tests/fixtures/llama_server_templates.json
-# (template file name -> {"prompt": ...} or {"error": ...}). Needs
+# (template file name -> {"prompt": ...} or {"error": ...}), and
+# executor/tests/fixtures/llama_server_tool_templates.json: the tool-use
+# families with tools, an assistant's call and the tool's answer. Needs
 # scripts/build-llama-cpp.sh, and faketime (libfaketime; installed with apt-get
 # when missing): templates that print today's date see 2025-01-15, so re-running
 # reproduces the file. Takes 2-4 minutes. Never run in CI.
@@ -26,3 +28,5 @@ fi
 
 python3 "$ROOT/scripts/llama-oracle/server_templates.py" \
     "$SERVER" "$MODEL" "$TEMPLATES" "$ROOT/executor/tests/fixtures/llama_server_templates.json"
+python3 "$ROOT/scripts/llama-oracle/server_templates.py" \
+    "$SERVER" "$MODEL" "$TEMPLATES" "$ROOT/executor/tests/fixtures/llama_server_tool_templates.json" --tools

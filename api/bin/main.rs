@@ -54,6 +54,10 @@ struct ServeArgs {
     /// GGUF model file.
     #[arg(long)]
     model: Option<PathBuf>,
+    /// A Jinja chat template file to serve instead of the model's own (e.g.
+    /// a tool-use template); the revision's template hash names it.
+    #[arg(long)]
+    chat_template: Option<PathBuf>,
     /// Address to listen on (ADDR:PORT); port 0 picks a free one.
     #[arg(long)]
     listen: Option<SocketAddr>,
@@ -197,6 +201,7 @@ fn overrides(args: ServeArgs) -> (Option<PathBuf>, Overrides) {
         args.config,
         Overrides {
             model: args.model,
+            chat_template: args.chat_template,
             listen: args.listen,
             data_dir: args.data_dir,
             insecure: args.insecure,

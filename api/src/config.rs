@@ -2,6 +2,7 @@
 //! `STOKER_*` environment variables (nested keys joined with `__`), then
 //! command-line flags. `Config::load` is the only place these meet.
 
+use anyhow::Context;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -13,6 +14,9 @@ use crate::auth::ApiKeyConfig;
 
 pub const DEFAULT_MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
+/// Largest chat template file accepted (the biggest real ones are ~20 KB).
+pub const MAX_CHAT_TEMPLATE_BYTES: u64 = 1 << 20;
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
@@ -22,6 +26,9 @@ pub struct Config {
     pub model: PathBuf,
     /// Model id clients send; defaults to the file name without `.gguf`.
     pub served_model_name: Option<String>,
+    /// A Jinja chat template file served instead of the model's own (vLLM's
+    /// `--chat-template`); the revision's template hash names it.
+    pub chat_template: Option<PathBuf>,
     /// Where state lives (event store, batch files).
     pub data_dir: PathBuf,
     /// Allow a non-loopback listen address without API keys.
@@ -282,6 +289,7 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             model: PathBuf::from(DEFAULT_MODEL),
             served_model_name: None,
+            chat_template: None,
             data_dir: PathBuf::from("data"),
             insecure: false,
             shutdown_timeout_secs: 30,
@@ -302,6 +310,7 @@ impl Default for Config {
 #[derive(Clone, Debug, Default)]
 pub struct Overrides {
     pub model: Option<PathBuf>,
+    pub chat_template: Option<PathBuf>,
     pub listen: Option<SocketAddr>,
     pub data_dir: Option<PathBuf>,
     pub insecure: bool,
@@ -328,10 +337,11 @@ impl Config {
     /// `STOKER_*` variables (`STOKER_CONFIG`, `STOKER_LOG`, test and bench
     /// knobs) are not configuration and must not trip `deny_unknown_fields`.
     pub fn env(prefix: &str) -> Env {
-        const KEYS: [&str; 15] = [
+        const KEYS: [&str; 16] = [
             "listen",
             "model",
             "served_model_name",
+            "chat_template",
             "data_dir",
             "insecure",
             "shutdown_timeout_secs",
@@ -374,6 +384,9 @@ impl Config {
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         if let Some(m) = &overrides.model {
             c.model = m.clone();
+        }
+        if let Some(t) = &overrides.chat_template {
+            c.chat_template = Some(t.clone());
         }
         if let Some(l) = overrides.listen {
             c.listen = l;
@@ -529,6 +542,30 @@ impl Config {
         } else {
             self.control.deployment.clone()
         }
+    }
+
+    /// The `chat_template` file's text and how provenance names it, when
+    /// one is configured.
+    pub fn chat_template_override(&self) -> anyhow::Result<Option<(String, String)>> {
+        let Some(path) = &self.chat_template else {
+            return Ok(None);
+        };
+        let meta = std::fs::metadata(path)
+            .with_context(|| format!("reading chat template {}", path.display()))?;
+        if meta.len() > MAX_CHAT_TEMPLATE_BYTES {
+            anyhow::bail!(
+                "chat template {} is {} bytes; at most {MAX_CHAT_TEMPLATE_BYTES} are allowed",
+                path.display(),
+                meta.len()
+            );
+        }
+        let source = std::fs::read_to_string(path)
+            .with_context(|| format!("reading chat template {}", path.display()))?;
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Ok(Some((source, format!("--chat-template {name}"))))
     }
 
     /// The model id clients use.

@@ -127,9 +127,24 @@ fn validation_errors_have_typed_bodies() {
             json!({"model": m, "messages": [{"role": "wizard", "content": "x"}]}),
         ),
         (
-            "tool role",
+            "legacy function role",
             "/v1/chat/completions",
-            json!({"model": m, "messages": [{"role": "tool", "content": "x"}]}),
+            json!({"model": m, "messages": [{"role": "function", "content": "x"}]}),
+        ),
+        (
+            "tool_calls on a user message",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": [{"role": "user", "content": "x", "tool_calls": []}]}),
+        ),
+        (
+            "tool call arguments that are not JSON",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{oops"}}]}]}),
+        ),
+        (
+            "tool call without an id",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{}"}}]}]}),
         ),
         (
             "image part",
@@ -157,9 +172,69 @@ fn validation_errors_have_typed_bodies() {
             json!({"model": m, "prompt": "x", "n": 17}),
         ),
         (
-            "tools",
+            "tool_choice auto under a template without tools",
             "/v1/chat/completions",
             json!({"model": m, "messages": user, "tools": [{"type": "function", "function": {"name": "f"}}]}),
+        ),
+        (
+            "tools not a list",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "tools": {"name": "f"}}),
+        ),
+        (
+            "129 tools",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "tool_choice": "required", "tools": (0..129).map(|i| json!({"type": "function", "function": {"name": format!("f{i}")}})).collect::<Vec<_>>()}),
+        ),
+        (
+            "tool names that collide",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "tool_choice": "required", "tools": [{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": "f"}}]}),
+        ),
+        (
+            "a tool name with a space",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "tool_choice": "required", "tools": [{"type": "function", "function": {"name": "get weather"}}]}),
+        ),
+        (
+            "a tool of another type",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "tools": [{"type": "code_interpreter"}]}),
+        ),
+        (
+            "tool parameters not an object",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "tool_choice": "required", "tools": [{"type": "function", "function": {"name": "f", "parameters": [1]}}]}),
+        ),
+        (
+            "tool parameters past the body limit",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "tool_choice": "required", "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "description": "x".repeat(70_000)}}}]}),
+        ),
+        (
+            "tool parameters with a dangling reference",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "tool_choice": "required", "tools": [{"type": "function", "function": {"name": "f", "parameters": {"$ref": "#/$defs/gone"}}}]}),
+        ),
+        (
+            "tool_choice naming no tool",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "tool_choice": {"type": "function", "function": {"name": "g"}}, "tools": [{"type": "function", "function": {"name": "f"}}]}),
+        ),
+        (
+            "tool_choice required without tools",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "tool_choice": "required"}),
+        ),
+        (
+            "tool_choice an unknown word",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "tool_choice": "always"}),
+        ),
+        (
+            "tool_choice required beside a response_format",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "tool_choice": "required", "response_format": {"type": "json_object"}, "tools": [{"type": "function", "function": {"name": "f"}}]}),
         ),
         (
             "response format a string",
@@ -1443,5 +1518,102 @@ fn n_choices_are_each_their_seeds_answer() {
             .map(|c| c["index"].as_u64().unwrap())
             .collect();
         assert_eq!(idx, [0, 1, 2, 3], "{v}");
+    });
+}
+
+/// `tool_choice` `required` and a named function decode under the
+/// function's parameter schema, so the calls parse whatever the temperature
+/// and whatever the template (SmolLM2's renders no tools); streamed, the
+/// call comes whole in one `delta.tool_calls` entry.
+#[test]
+fn forced_tool_calls_always_parse() {
+    let s = shared();
+    let tools = json!([
+        {"type": "function", "function": {"name": "get_weather", "parameters": {
+            "type": "object", "properties": {"city": {"type": "string", "maxLength": 30}},
+            "required": ["city"], "additionalProperties": false}}},
+        {"type": "function", "function": {"name": "get_time", "parameters": {
+            "type": "object", "properties": {"tz": {"enum": ["UTC", "CET"]}},
+            "required": ["tz"], "additionalProperties": false}}},
+    ]);
+    let valid = |name: &str, args: &str| {
+        let v: Value = serde_json::from_str(args).unwrap_or_else(|e| panic!("{e}: {args:?}"));
+        let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+        match name {
+            "get_weather" => assert!(keys == ["city"] && v["city"].is_string(), "{args}"),
+            "get_time" => assert!(
+                v == json!({"tz": "UTC"}) || v == json!({"tz": "CET"}),
+                "{args}"
+            ),
+            other => panic!("called {other}"),
+        }
+    };
+    rt().block_on(async {
+        for seed in 0..3 {
+            let mut body = chat("What is the weather in Paris?", 80);
+            body["tools"] = tools.clone();
+            body["tool_choice"] = json!("required");
+            body["temperature"] = json!(1.3);
+            body["seed"] = json!(seed);
+            let r = post(s, "/v1/chat/completions", body).await;
+            assert_eq!(r.status(), 200);
+            let v: Value = r.json().await.unwrap();
+            let choice = &v["choices"][0];
+            assert_eq!(choice["finish_reason"], "tool_calls", "{v}");
+            assert!(choice["message"]["content"].is_null(), "{v}");
+            let calls = choice["message"]["tool_calls"].as_array().unwrap();
+            assert!(!calls.is_empty());
+            for c in calls {
+                assert_eq!(c["type"], "function");
+                assert!(c["id"].as_str().unwrap().starts_with("call_"));
+                valid(
+                    c["function"]["name"].as_str().unwrap(),
+                    c["function"]["arguments"].as_str().unwrap(),
+                );
+            }
+        }
+        let mut body = chat("What time is it?", 40);
+        body["tools"] = tools.clone();
+        body["tool_choice"] = json!({"type": "function", "function": {"name": "get_time"}});
+        body["temperature"] = json!(0);
+        let whole: Value = post(s, "/v1/chat/completions", body.clone())
+            .await
+            .json()
+            .await
+            .unwrap();
+        let choice = &whole["choices"][0];
+        assert_eq!(choice["finish_reason"], "stop", "{whole}");
+        let call = &choice["message"]["tool_calls"][0];
+        assert_eq!(call["function"]["name"], "get_time");
+        valid("get_time", call["function"]["arguments"].as_str().unwrap());
+        body["stream"] = json!(true);
+        let raw = post(s, "/v1/chat/completions", body)
+            .await
+            .text()
+            .await
+            .unwrap();
+        let f = frames(&raw);
+        assert_eq!(f.last().unwrap().1, "[DONE]");
+        let chunks: Vec<Value> = f[..f.len() - 1]
+            .iter()
+            .map(|(_, d)| serde_json::from_str(d).unwrap())
+            .collect();
+        let deltas: Vec<&Value> = chunks
+            .iter()
+            .filter_map(|c| c["choices"][0]["delta"].get("tool_calls"))
+            .collect();
+        assert_eq!(deltas.len(), 1, "{raw}");
+        assert_eq!(deltas[0][0]["index"], 0);
+        assert_eq!(deltas[0][0]["function"], call["function"], "{raw}");
+        let text: String = chunks
+            .iter()
+            .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+            .collect();
+        assert_eq!(text, "", "no content beside a named call");
+        let fin = chunks
+            .iter()
+            .rev()
+            .find_map(|c| c["choices"][0]["finish_reason"].as_str());
+        assert_eq!(fin, Some("stop"));
     });
 }

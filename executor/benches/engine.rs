@@ -380,14 +380,8 @@ fn prefix_section() {
         let mut prompt_len = 0;
         for i in 0..16 {
             let messages = [
-                ChatMessage {
-                    role: "system".into(),
-                    content: system.clone(),
-                },
-                ChatMessage {
-                    role: "user".into(),
-                    content: format!("Where is parcel number {i}?"),
-                },
+                ChatMessage::new("system", system.clone()),
+                ChatMessage::new("user", format!("Where is parcel number {i}?")),
             ];
             let text = engine.chat_template().render(&messages, true).unwrap();
             let ids = engine.tokenizer().encode(&text).unwrap();
@@ -423,10 +417,7 @@ fn turns_section() {
         });
         let (mut ttfts, mut cached, mut prompt) = (Vec::new(), 0, 0);
         for i in 0..8 {
-            let user = |content: String| ChatMessage {
-                role: "user".into(),
-                content,
-            };
+            let user = |content: String| ChatMessage::new("user", content);
             let render = |m: &[ChatMessage]| {
                 let text = engine.chat_template().render(m, true).unwrap();
                 engine.tokenizer().encode(&text).unwrap()

@@ -55,13 +55,27 @@ pub const OUTPUT_CAP_BASE: usize = 1 << 20;
 
 const TEMPLATE_NAME: &str = "chat_template";
 
-/// One message of a conversation.
+/// One message of a conversation. The tool fields are left out of what the
+/// template sees when unset, so `message.tool_calls is defined` reads as
+/// templates expect.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChatMessage {
-    /// `system`, `user`, `assistant`, or whatever roles the template knows.
+    /// `system`, `user`, `assistant`, `tool`, or whatever roles the template
+    /// knows.
     pub role: String,
     /// The message text.
     pub content: String,
+    /// An assistant's calls, in OpenAI's shape (`id`, `type`, `function`
+    /// with `name` and `arguments`), arguments as a JSON object: the
+    /// templates that render calls write them with `tojson`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<serde_json::Value>>,
+    /// A `tool` message's answer to this call id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// The participant's or the answering function's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 impl ChatMessage {
@@ -70,7 +84,20 @@ impl ChatMessage {
         Self {
             role: role.into(),
             content: content.into(),
+            tool_calls: None,
+            tool_call_id: None,
+            name: None,
         }
+    }
+
+    /// Bytes of text the message brings to a render.
+    fn input_bytes(&self) -> usize {
+        self.role.len()
+            + self.content.len()
+            + self
+                .tool_calls
+                .as_ref()
+                .map_or(0, |c| c.iter().map(|v| v.to_string().len()).sum())
     }
 }
 
@@ -130,6 +157,8 @@ pub struct ChatTemplate {
     bos_token: String,
     eos_token: String,
     is_fallback: bool,
+    /// Where the source came from, for errors and provenance.
+    origin: String,
     /// The clock `strftime_now` reads: `None` for the local time of each render.
     fixed_now: Option<chrono::NaiveDateTime>,
 }
@@ -140,6 +169,7 @@ impl std::fmt::Debug for ChatTemplate {
             .field("bos_token", &self.bos_token)
             .field("eos_token", &self.eos_token)
             .field("is_fallback", &self.is_fallback)
+            .field("origin", &self.origin)
             .field("fixed_now", &self.fixed_now)
             .field("source_len", &self.source.len())
             .finish_non_exhaustive()
@@ -255,9 +285,27 @@ impl ChatTemplate {
             source,
             bos_token,
             eos_token,
+            origin: if is_fallback {
+                "the built-in ChatML fallback".into()
+            } else {
+                "the model file's template".into()
+            },
             is_fallback,
             fixed_now: None,
         })
+    }
+
+    /// The same template, described as coming from `origin` (e.g. the file
+    /// an operator gave with `--chat-template`).
+    pub fn with_origin(mut self, origin: impl Into<String>) -> Self {
+        self.origin = origin.into();
+        self
+    }
+
+    /// Where the template came from: the model file, the ChatML fallback, or
+    /// what [`Self::with_origin`] said.
+    pub fn origin(&self) -> &str {
+        &self.origin
     }
 
     /// The same template with `strftime_now` reading `now` instead of the local
@@ -331,10 +379,7 @@ impl ChatTemplate {
             .env
             .get_template(TEMPLATE_NAME)
             .map_err(|e| TemplateError::Render(describe(&e)))?;
-        let input_bytes: usize = messages
-            .iter()
-            .map(|m| m.role.len() + m.content.len())
-            .sum::<usize>()
+        let input_bytes: usize = messages.iter().map(ChatMessage::input_bytes).sum::<usize>()
             + options.tools.as_ref().map_or(0, |t| t.to_string().len());
         let mut out = CappedWriter {
             buf: Vec::new(),

@@ -24,6 +24,7 @@ pub mod scheduler;
 pub mod stop;
 pub mod structured;
 pub mod tokenizer;
+pub mod tool_calls;
 
 pub use engine::{AttentionOrder, Engine, EngineConfig, EngineEvent, FinishReason, RequestHandle};
 pub use error::{EngineError, ModelError, ValidationError};

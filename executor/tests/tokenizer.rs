@@ -13,6 +13,8 @@ mod llama_cpp_templates;
 mod llama_cpp_vocab;
 #[path = "tokenizer/llama_server_templates.rs"]
 mod llama_server_templates;
+#[path = "tokenizer/tool_templates.rs"]
+mod tool_templates;
 
 use std::collections::HashMap;
 use std::path::Path;

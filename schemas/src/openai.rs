@@ -53,15 +53,76 @@ pub struct ContentPart {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ChatMessageIn {
-    /// `system`, `developer` (treated as system), `user` or `assistant`.
+    /// `system`, `developer` (treated as system), `user`, `assistant` or
+    /// `tool`.
     pub role: String,
+    /// Required except on an assistant message with `tool_calls`.
     #[serde(default)]
     pub content: Option<MessageContent>,
     #[serde(default)]
     pub name: Option<String>,
+    /// An assistant's earlier calls; each `function.arguments` must be a
+    /// JSON object as text.
+    #[serde(default)]
+    #[schema(value_type = Option<Vec<ToolCallOut>>)]
+    pub tool_calls: Option<Value>,
+    /// On a `tool` message: the id of the call it answers.
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
+}
+
+/// One function the model may call (`tools[]`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ToolDef {
+    /// Always `function`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub function: FunctionDef,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct FunctionDef {
+    /// 1-64 of `a-z A-Z 0-9 _ -`, unique among the tools.
+    pub name: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    /// A JSON schema of the arguments (an object).
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
-    pub tool_calls: Option<Value>,
+    pub parameters: Option<Value>,
+    /// Accepted; calls made under `tool_choice` `required` or a named
+    /// function always match the parameters, others are parsed as written.
+    #[serde(default)]
+    pub strict: Option<bool>,
+}
+
+/// A call the model made.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ToolCallOut {
+    pub id: String,
+    /// Always `function`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub function: FunctionCallOut,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct FunctionCallOut {
+    pub name: String,
+    /// The arguments as JSON text.
+    pub arguments: String,
+}
+
+/// A call in a stream chunk (`delta.tool_calls[]`): sent whole, in one
+/// chunk, once the output has ended.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ToolCallDelta {
+    pub index: u32,
+    pub id: String,
+    /// Always `function`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub function: FunctionCallOut,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -137,9 +198,18 @@ pub struct ChatCompletionRequest {
     /// 0-20 most likely alternatives per output token; needs `logprobs`.
     #[serde(default)]
     pub top_logprobs: Option<i64>,
+    /// Functions the model may call, at most 128. They are rendered into
+    /// the prompt by the served chat template, and the model's calls are
+    /// read back in that template family's format (Hermes and Qwen
+    /// `<tool_call>`, Llama 3.x JSON, Mistral `[TOOL_CALLS]`).
     #[serde(default)]
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<Vec<ToolDef>>)]
     pub tools: Option<Value>,
+    /// `none`, `auto` (the default with tools; needs a template that
+    /// renders tools in a format named under `tools`), `required`, or
+    /// `{"type": "function", "function": {"name": ..}}`. `required` and a
+    /// named function are enforced while decoding: the call always parses
+    /// and its arguments match the function's parameters.
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub tool_choice: Option<Value>,
@@ -287,14 +357,17 @@ pub struct Usage {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ChatMessageOut {
     pub role: String,
-    pub content: String,
+    /// Null when the message is only tool calls.
+    pub content: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallOut>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ChatChoice {
     pub index: u32,
     pub message: ChatMessageOut,
-    /// `stop` or `length`.
+    /// `stop`, `length`, or `tool_calls` when the model called tools.
     pub finish_reason: String,
     /// Set when the request asked for `logprobs`.
     pub logprobs: Option<ChatLogprobs>,
@@ -360,6 +433,8 @@ pub struct ChatDelta {
     pub role: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallDelta>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]

@@ -4,7 +4,9 @@ server per template on 127.0.0.1, and write the results as JSON. Run by
 scripts/make_llama_server_templates.sh (see there).
 
 argv: llama-server binary, model (its tokens fill bos_token/eos_token),
-templates folder, output file.
+templates folder, output file, and optionally `--tools`: then only the
+tool-use families (TOOL_TEMPLATES) render a conversation with tools, a call
+and its result (TOOL_MESSAGES, TOOLS).
 """
 
 import json
@@ -23,6 +25,43 @@ MESSAGES = [
     {"role": "user", "content": "Hello!"},
     {"role": "assistant", "content": "Hi there! How can I help?"},
     {"role": "user", "content": "What is 2+2?"},
+]
+# A tool-use round trip: the call's id has the nine alphanumerics Mistral's
+# templates insist on, and the assistant turn has no text (null), as the
+# OpenAI SDKs send it back.
+TOOLS = [{
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "description": "The city's name"}},
+            "required": ["city"],
+        },
+    },
+}]
+TOOL_MESSAGES = [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "What is the weather in Paris?"},
+    {"role": "assistant", "content": None, "tool_calls": [{
+        "id": "call12345", "type": "function",
+        "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"},
+    }]},
+    {"role": "tool", "tool_call_id": "call12345", "content": "{\"temperature_c\": 18}"},
+]
+# The families whose tool calls stoker reads.
+TOOL_TEMPLATES = [
+    "meta-llama-Llama-3.1-8B-Instruct.jinja",
+    "meta-llama-Llama-3.2-3B-Instruct.jinja",
+    "meta-llama-Llama-3.3-70B-Instruct.jinja",
+    "Qwen-Qwen2.5-7B-Instruct.jinja",
+    "Qwen-Qwen3-0.6B.jinja",
+    "Qwen-QwQ-32B.jinja",
+    "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja",
+    "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja",
+    "mistralai-Mistral-Nemo-Instruct-2407.jinja",
+    "Mistral-Small-3.2-24B-Instruct-2506.jinja",
 ]
 START_TIMEOUT_S = 60
 # Templates that print today's date (strftime_now) see this one: llama-server runs
@@ -50,7 +89,7 @@ def post(port: int, path: str, body: dict) -> tuple:
         return e.code, json.loads(e.read() or b"null")
 
 
-def render(server: str, model: str, template: Path) -> dict:
+def render(server: str, model: str, template: Path, body: dict) -> dict:
     port = free_port()
     with tempfile.TemporaryFile() as log:
         proc = subprocess.Popen(
@@ -74,8 +113,7 @@ def render(server: str, model: str, template: Path) -> dict:
                 if time.monotonic() > deadline:
                     return {"error": f"llama-server not ready after {START_TIMEOUT_S}s"}
                 time.sleep(0.2)
-            status, body = post(port, "/apply-template",
-                                {"messages": MESSAGES, "add_generation_prompt": True})
+            status, body = post(port, "/apply-template", body)
             if status == 200 and isinstance(body, dict) and "prompt" in body:
                 return {"prompt": body["prompt"]}
             return {"error": f"HTTP {status}: {json.dumps(body)}"}
@@ -90,9 +128,15 @@ def render(server: str, model: str, template: Path) -> dict:
 
 def main() -> None:
     server, model, folder, out = sys.argv[1:5]
+    tools = sys.argv[5:6] == ["--tools"]
+    body = {"messages": TOOL_MESSAGES if tools else MESSAGES, "add_generation_prompt": True}
+    if tools:
+        body["tools"] = TOOLS
+    names = TOOL_TEMPLATES if tools else [t.name for t in sorted(Path(folder).glob("*.jinja"))]
     results = {}
-    for t in sorted(Path(folder).glob("*.jinja")):
-        r = render(server, model, t)
+    for name in names:
+        t = Path(folder) / name
+        r = render(server, model, t, body)
         print(f"  {t.name}: {'ok' if 'prompt' in r else r['error'][:100]}", file=sys.stderr)
         results[t.name] = r
     doc = {
@@ -101,11 +145,13 @@ def main() -> None:
                   "POST /apply-template with these messages and add_generation_prompt=true; "
                   "per template the rendered prompt, or the error"),
         "model": os.path.basename(model),
-        "messages": MESSAGES,
+        "messages": body["messages"],
         "add_generation_prompt": True,
         "clock": FAKE_TIME + " (libfaketime; what strftime_now sees)",
         "templates": results,
     }
+    if tools:
+        doc["tools"] = TOOLS
     with open(out, "w") as f:
         json.dump(doc, f, indent=1, ensure_ascii=False)
         f.write("\n")

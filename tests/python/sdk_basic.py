@@ -258,6 +258,14 @@ try:
 except openai.BadRequestError as e:
     check(e.param == "logit_bias", f"logit_bias: param {e.param!r}")
 try:
+    c.chat.completions.create(
+        model=MODEL, messages=CHAT, max_tokens=2,
+        tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+    )
+    fail("tool_choice auto was accepted under a template that renders no tools")
+except openai.BadRequestError as e:
+    check(e.param == "tools" and "sha256" in e.message, f"auto without tool support: {e.param!r} {e.message}")
+try:
     c.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=2, logprobs=True, top_logprobs=21)
     fail("top_logprobs=21 was accepted")
 except openai.BadRequestError as e:

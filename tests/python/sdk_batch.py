@@ -133,7 +133,11 @@ def check_output_line(line, what):
     check(prov.get("executor"), f"{what}: stoker_provenance names no executor: {prov}")
     choices = body.get("choices") or []
     check(len(choices) == 1, f"{what}: {len(choices)} choices: {body}")
-    content = (choices[0].get("message") or {}).get("content")
+    message = choices[0].get("message") or {}
+    content = message.get("content")
+    if message.get("tool_calls"):
+        # A tool row: its calls stand for its text.
+        return json.dumps([c["function"] for c in message["tool_calls"]], sort_keys=True)
     check(isinstance(content, str), f"{what}: choices[0].message.content is {content!r}")
     return content
 
@@ -149,6 +153,15 @@ SCORE = {
         "properties": {"kind": {"enum": ["animal", "day", "direction", "planet", "color"]}}}}},
 }
 lines[1]["body"].update(SCORE)
+# A tool row: a named function's call, always parsing.
+TOOL = {
+    "max_tokens": 32,
+    "tools": [{"type": "function", "function": {"name": "lookup", "parameters": {
+        "type": "object", "additionalProperties": False, "required": ["term"],
+        "properties": {"term": {"type": "string", "maxLength": 20}}}}}],
+    "tool_choice": {"type": "function", "function": {"name": "lookup"}},
+}
+lines[2]["body"].update(TOOL)
 # Refused when run, as the online API refuses them: output over the context, an
 # unknown model. Structurally fine, so the upload accepts them.
 BAD = {"too-long": (400, "context_length_exceeded"), "no-model": (404, "model_not_found")}
@@ -209,15 +222,17 @@ for line in errors:
     check(err.get("message") and err.get("type"), f"{cid}: error body incomplete: {err}")
 
 # The batch lane runs the same greedy decoding as the online API.
-for cid, q in list(zip(ids, QUESTIONS))[:2]:
-    extra = SCORE if cid == ids[1] else {"max_tokens": 8}
+for cid, q in list(zip(ids, QUESTIONS))[:3]:
+    extra = {ids[1]: SCORE, ids[2]: TOOL}.get(cid, {"max_tokens": 8})
     online = c.chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": q}], temperature=0, **extra
     )
-    check(
-        online.choices[0].message.content == texts[cid],
-        f"{cid}: batch text {texts[cid]!r} != online {online.choices[0].message.content!r}",
-    )
+    m = online.choices[0].message
+    got = json.dumps([t.function.model_dump() for t in m.tool_calls], sort_keys=True) if m.tool_calls else m.content
+    check(got == texts[cid], f"{cid}: batch text {texts[cid]!r} != online {got!r}")
+tooled = json.loads(texts[ids[2]])
+check(len(tooled) == 1 and tooled[0]["name"] == "lookup", f"tool row: {tooled}")
+check(isinstance(json.loads(tooled[0]["arguments"]).get("term"), str), f"tool row arguments: {tooled}")
 scored = next(line for line in output if line["custom_id"] == ids[1])
 label = json.loads(texts[ids[1]])
 check(label.get("kind") in ("animal", "day", "direction", "planet", "color"), f"scoring row: {label}")

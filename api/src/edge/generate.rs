@@ -18,6 +18,7 @@ use tokio::sync::watch;
 
 use crate::admission::{Demand, Ticket};
 use crate::backend::{Artifact, Generation, Served};
+use crate::edge::tools::ToolMode;
 use crate::edge::validate::Prepared;
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -40,6 +41,8 @@ pub struct Running {
     /// The served artifact, whose tokenizer spells the tokens of log
     /// probabilities, when the request asked for them.
     pub logprobs: Option<Arc<dyn Artifact>>,
+    /// How each choice's output is read as tool calls.
+    pub tools: Option<ToolMode>,
 }
 
 /// What the caller sees next, of choice `index`.
@@ -104,6 +107,7 @@ async fn submit(
     mut ticket: Option<Ticket>,
 ) -> Result<Running, ApiError> {
     let lane = prepared.request.lane();
+    let tools = prepared.tools.clone();
     let logprobs = prepared
         .request
         .params()
@@ -153,6 +157,7 @@ async fn submit(
         stream: prepared.stream,
         include_usage: prepared.include_usage,
         logprobs,
+        tools,
     })
 }
 
@@ -303,6 +308,8 @@ pub struct Collected {
     pub choices: Vec<CollectedChoice>,
     /// Whether it asked (an answer with no tokens still says `content: []`).
     pub asked_logprobs: bool,
+    /// How each choice's text is read as tool calls.
+    pub tools: Option<ToolMode>,
     /// The first choice's finish, as the request log records it.
     pub reason: FinishReason,
     /// Over all choices ([`add_usage`]).
@@ -362,6 +369,7 @@ pub async fn collect(
                 return Ok(Collected {
                     choices,
                     asked_logprobs: run.logprobs.is_some(),
+                    tools: run.tools.clone(),
                     reason,
                     usage,
                     timings,

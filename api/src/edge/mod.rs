@@ -8,4 +8,5 @@ pub mod artifacts;
 pub mod generate;
 pub mod reqlog;
 pub mod routing;
+pub mod tools;
 pub mod validate;

@@ -16,6 +16,7 @@ use stoker_schemas::openai::{
 };
 
 use crate::edge::routing::Target;
+use crate::edge::tools::{self, ToolMode};
 use crate::error::{ApiError, truncate};
 
 /// Longest `user` value accepted.
@@ -38,6 +39,8 @@ pub struct Prepared {
     pub include_usage: bool,
     /// Choices to generate (`n`), 1 to [`MAX_CHOICES`].
     pub n: usize,
+    /// How the output is read as tool calls (chat with `tools`).
+    pub tools: Option<ToolMode>,
 }
 
 impl Prepared {
@@ -367,6 +370,7 @@ fn finish(
         stream,
         include_usage: include_usage.unwrap_or(false),
         n,
+        tools: None,
     })
 }
 
@@ -417,32 +421,57 @@ pub fn chat(req: ChatCompletionRequest, tenant: &str, t: &Target) -> Result<Prep
     };
     let params = common_params(&c)?;
     let lane = lane_of(c.service_tier)?;
-    let not_null = |v: &Option<Value>| v.as_ref().is_some_and(|v| !v.is_null());
-    if not_null(&req.tools)
-        && req
-            .tools
-            .as_ref()
-            .and_then(Value::as_array)
-            .is_none_or(|a| !a.is_empty())
-    {
-        return Err(ApiError::unsupported("tools", "tool calling"));
+    if req.functions.as_ref().is_some_and(|v| !v.is_null()) {
+        return Err(ApiError::unsupported(
+            "functions",
+            "the legacy `functions` field (send `tools`)",
+        ));
     }
-    if not_null(&req.functions) {
-        return Err(ApiError::unsupported("functions", "function calling"));
-    }
-    if let Some(tc) = &req.tool_choice
-        && !(tc.is_null() || tc == "none" || tc == "auto")
-    {
-        return Err(ApiError::unsupported("tool_choice", "tool calling"));
-    }
+    let template = t.served.artifact.chat_template();
+    let plan = tools::plan(
+        req.tools.as_ref(),
+        req.tool_choice.as_ref(),
+        template,
+        params.structured.is_some(),
+    )?;
     let mut params = params;
     params.logprobs = chat_logprobs(req.logprobs, req.top_logprobs)?;
-    let prompt = chat_prompt(&req.messages, true, t)?;
+    let from_tools = plan.constraint.is_some();
+    if let Some(c) = plan.constraint {
+        params.structured = Some(c);
+    }
+    let prompt = match chat_prompt(&req.messages, true, plan.render.as_ref(), t) {
+        // The template reads the tools' schemas (field types, descriptions);
+        // when only the tools make it fail, they are what the client changes.
+        Err(e @ ApiError::InvalidValue { .. })
+            if plan.render.is_some() && chat_prompt(&req.messages, true, None, t).is_ok() =>
+        {
+            return Err(ApiError::invalid(
+                format!("the tools cannot be rendered by the served chat template: {e}"),
+                "tools",
+            ));
+        }
+        r => r?,
+    };
     let requested = match max_tokens(req.max_completion_tokens, "max_completion_tokens")? {
         Some(n) => Some(n),
         None => max_tokens(req.max_tokens, "max_tokens")?,
     };
-    finish(prompt, params, requested, None, &c, lane, tenant, t)
+    let mut prepared =
+        finish(prompt, params, requested, None, &c, lane, tenant, t).map_err(|e| {
+            // A parameters schema llguidance cannot compile is the tools' fault.
+            match e {
+                ApiError::InvalidValue { message, param }
+                    if from_tools && param.as_deref() == Some("response_format") =>
+                {
+                    let message = message.replacen("response_format", "tools", 1);
+                    ApiError::invalid(message, "tools")
+                }
+                e => e,
+            }
+        })?;
+    prepared.tools = plan.mode;
+    Ok(prepared)
 }
 
 /// Chat's `logprobs` and `top_logprobs` as the engine takes them: OpenAI
@@ -477,6 +506,7 @@ fn top_logprobs(n: i64, param: &'static str) -> Result<usize, ApiError> {
 pub fn chat_prompt(
     messages_in: &[stoker_schemas::openai::ChatMessageIn],
     add_generation_prompt: bool,
+    tools: Option<&Value>,
     t: &Target,
 ) -> Result<Vec<u32>, ApiError> {
     if messages_in.is_empty() {
@@ -497,27 +527,35 @@ pub fn chat_prompt(
             "system" | "developer" => "system",
             "user" => "user",
             "assistant" => "assistant",
-            "tool" | "function" => {
+            "tool" => "tool",
+            "function" => {
                 return Err(ApiError::unsupported(
                     &format!("messages[{i}].role"),
-                    "the `tool` role",
+                    "the legacy `function` role (send `tool`)",
                 ));
             }
             _ => {
                 return Err(ApiError::invalid(
                     format!(
-                        "`messages[{i}].role` must be one of system, developer, user, assistant"
+                        "`messages[{i}].role` must be one of system, developer, user, assistant, tool"
                     ),
                     format!("messages[{i}].role"),
                 ));
             }
         };
-        if m.tool_calls.as_ref().is_some_and(|v| !v.is_null()) {
-            return Err(ApiError::unsupported(
+        let calls = match m.tool_calls.as_ref().filter(|v| !v.is_null()) {
+            Some(_) if role != "assistant" => {
+                return Err(ApiError::invalid(
+                    format!("`messages[{i}].tool_calls` is only allowed on assistant messages"),
+                    format!("messages[{i}].tool_calls"),
+                ));
+            }
+            Some(v) => Some(tools::message_calls(
+                v,
                 &format!("messages[{i}].tool_calls"),
-                "tool calls",
-            ));
-        }
+            )?),
+            None => None,
+        };
         let content = match &m.content {
             Some(MessageContent::Text(t)) => t.clone(),
             Some(MessageContent::Parts(parts)) => {
@@ -542,6 +580,8 @@ pub fn chat_prompt(
                 }
                 text
             }
+            // An assistant turn that only called tools has no text.
+            None if calls.is_some() => String::new(),
             None => {
                 return Err(ApiError::MissingField {
                     message: format!("missing required field `messages[{i}].content`"),
@@ -549,7 +589,11 @@ pub fn chat_prompt(
                 });
             }
         };
-        messages.push(ChatMessage::new(role, content));
+        let mut message = ChatMessage::new(role, content);
+        message.tool_calls = calls;
+        message.tool_call_id = m.tool_call_id.clone();
+        message.name = m.name.clone();
+        messages.push(message);
     }
     let text = t
         .served
@@ -559,6 +603,7 @@ pub fn chat_prompt(
             &messages,
             &RenderOptions {
                 add_generation_prompt,
+                tools: tools.cloned(),
                 ..RenderOptions::default()
             },
         )

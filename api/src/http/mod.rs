@@ -10,3 +10,4 @@ pub mod logprobs;
 pub mod openapi;
 pub mod routes;
 pub mod sse;
+pub mod tool_calls;

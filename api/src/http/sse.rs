@@ -12,7 +12,8 @@ use axum::response::Response;
 use futures_util::stream;
 use serde::Serialize;
 use stoker_schemas::openai::{
-    ChatChunkChoice, ChatCompletionChunk, ChatDelta, Completion, CompletionChoice, Usage,
+    ChatChunkChoice, ChatCompletionChunk, ChatDelta, Completion, CompletionChoice, ToolCallOut,
+    Usage,
 };
 
 use stoker_executor::TokenLogprob;
@@ -22,6 +23,7 @@ use crate::edge::generate::{Running, Step};
 use crate::edge::reqlog::LogSlot;
 use crate::error::ApiError;
 use crate::http::logprobs;
+use crate::http::tool_calls::{self, Splitter};
 use crate::state::AppState;
 
 /// Which OpenAI object the stream carries.
@@ -106,6 +108,7 @@ impl Chunker {
                     delta: ChatDelta {
                         role: role.then(|| "assistant".to_string()),
                         content: text,
+                        tool_calls: None,
                     },
                     finish_reason: finish.map(str::to_string),
                     logprobs: art.map(|a| logprobs::chat(a.tokenizer(), lps)),
@@ -129,6 +132,27 @@ impl Chunker {
                 usage: self.usage_field(None),
             }),
         }
+    }
+
+    /// A chat chunk carrying a choice's tool calls, whole.
+    fn calls(&self, index: usize, calls: Vec<ToolCallOut>) -> Vec<u8> {
+        data_frame(&ChatCompletionChunk {
+            id: self.env.id.clone(),
+            object: "chat.completion.chunk".into(),
+            created: self.env.created,
+            model: self.env.model.clone(),
+            system_fingerprint: self.env.fingerprint.clone(),
+            choices: vec![ChatChunkChoice {
+                index: index as u32,
+                delta: ChatDelta {
+                    tool_calls: Some(tool_calls::deltas(calls)),
+                    ..ChatDelta::default()
+                },
+                finish_reason: None,
+                logprobs: None,
+            }],
+            usage: self.usage_field(None),
+        })
     }
 
     fn usage(&self, u: Usage) -> Vec<u8> {
@@ -166,6 +190,8 @@ struct StreamState {
     done: usize,
     usage: Option<stoker_executor::engine::Usage>,
     first_finish: Option<(FinishReason, Timings)>,
+    /// Per choice, when the request has tools: what may be a call is held.
+    splitters: Vec<Option<Splitter>>,
 }
 
 /// Writes the stream's request-log row when the stream ends or is dropped
@@ -196,7 +222,11 @@ pub fn response(run: Running, app: AppState, kind: Kind, env: Envelope, slot: Lo
         offsets: vec![0; run.choices()],
     };
     slot.defer();
+    let splitters = (0..run.choices())
+        .map(|_| run.tools.clone().map(Splitter::new))
+        .collect();
     let st = StreamState {
+        splitters,
         run,
         log: RowOnDrop {
             slot,
@@ -223,7 +253,13 @@ pub fn response(run: Running, app: AppState, kind: Kind, env: Envelope, slot: Lo
         st.first = false;
         match st.run.next(&st.app).await.map(|c| (c.index, c.step)) {
             Some((i, Step::Text { text, logprobs })) => {
-                out.extend(st.chunker.text(i, Some(text), &logprobs, false, None))
+                let text = match &mut st.splitters[i] {
+                    Some(s) => s.push(&text),
+                    None => text,
+                };
+                if !text.is_empty() || !logprobs.is_empty() {
+                    out.extend(st.chunker.text(i, Some(text), &logprobs, false, None))
+                }
             }
             Some((
                 i,
@@ -233,8 +269,20 @@ pub fn response(run: Running, app: AppState, kind: Kind, env: Envelope, slot: Lo
                     timings,
                 },
             )) => {
+                let mut finish = reason.as_str();
+                if let Some(split) = st.splitters[i].take() {
+                    let mode = st.run.tools.clone().expect("a splitter has a mode");
+                    let ended = split.finish();
+                    if !ended.content.is_empty() {
+                        out.extend(st.chunker.text(i, Some(ended.content), &[], false, None));
+                    }
+                    finish = Splitter::finish_reason(&mode, reason, !ended.calls.is_empty());
+                    if !ended.calls.is_empty() {
+                        out.extend(st.chunker.calls(i, ended.calls));
+                    }
+                }
                 let last = match st.chunker.kind {
-                    Kind::Chat => st.chunker.text(i, None, &[], false, Some(reason.as_str())),
+                    Kind::Chat => st.chunker.text(i, None, &[], false, Some(finish)),
                     Kind::Completion => {
                         st.chunker
                             .text(i, Some(String::new()), &[], false, Some(reason.as_str()))

@@ -62,6 +62,7 @@ pub async fn load_api(state: &AppState) -> anyhow::Result<LeaseHold> {
     let st = state.clone();
     let hold = spawn_renewal(lease.clone(), move || st.request_drain());
     let path = state.config.model.clone();
+    let template = state.config.chat_template_override();
     let timeout = Duration::from_millis(state.config.kafka.executor_timeout_ms.max(100));
     let instance = state.config.executor_id.clone();
     let reply_timeout = Duration::from_millis(state.config.kafka.reply_timeout_ms.max(1000));
@@ -69,8 +70,13 @@ pub async fn load_api(state: &AppState) -> anyhow::Result<LeaseHold> {
     let backend = tokio::task::spawn_blocking(move || -> anyhow::Result<RemoteBackend> {
         // The header only: an API host never runs the model, so it neither
         // holds the weights nor waits for them to load.
-        let model =
+        let mut model =
             ModelMeta::read(&path).with_context(|| format!("reading model {}", path.display()))?;
+        if let Some((source, origin)) = template? {
+            model
+                .override_chat_template(&source, &origin)
+                .context("the chat template override")?;
+        }
         let meta = ArtifactMeta {
             info: ModelInfo {
                 identity: model.identity,

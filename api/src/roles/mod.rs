@@ -276,8 +276,13 @@ async fn drain_interactive(state: &AppState, timeout: Duration) {
 fn load(state: &AppState) -> anyhow::Result<()> {
     let cfg = &state.config;
     let t0 = Instant::now();
-    let model = Model::load(&cfg.model, LoadOptions::default())
+    let mut model = Model::load(&cfg.model, LoadOptions::default())
         .with_context(|| format!("loading model {}", cfg.model.display()))?;
+    if let Some((source, origin)) = cfg.chat_template_override()? {
+        model
+            .override_chat_template(&source, &origin)
+            .context("the chat template override")?;
+    }
     let file_mb = model.identity.file_size as f64 / 1e6;
     // The matrices as held in memory (an untied embedding is not read per step
     // but is resident too).

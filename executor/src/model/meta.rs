@@ -134,3 +134,25 @@ fn first_qkv_dtype(art: &GgufArtifact) -> QDtype {
         .and_then(|v| QDtype::try_from(v.dtype).ok())
         .unwrap_or(QDtype::F32)
 }
+
+/// `source` compiled with `current`'s BOS and EOS strings, described as
+/// coming from `origin`.
+pub(crate) fn replace_template(
+    current: &ChatTemplate,
+    source: &str,
+    origin: &str,
+) -> Result<ChatTemplate, ModelError> {
+    ChatTemplate::new(source, current.bos_token(), current.eos_token())
+        .map(|t| t.with_origin(origin))
+        .map_err(|e| ModelError::Template(format!("{origin}: {e}")))
+}
+
+impl ModelMeta {
+    /// As [`super::Model::override_chat_template`], for a process that only
+    /// reads the header: both name the same template hash.
+    pub fn override_chat_template(&mut self, source: &str, origin: &str) -> Result<(), ModelError> {
+        self.chat_template = replace_template(&self.chat_template, source, origin)?;
+        self.identity.chat_template_sha256 = self.chat_template.sha256_hex();
+        Ok(())
+    }
+}

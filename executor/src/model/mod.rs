@@ -127,4 +127,13 @@ impl Model {
             chat_template,
         })
     }
+
+    /// Serves `source` instead of the file's chat template (an operator's
+    /// `--chat-template`, as vLLM's): the identity's template hash then names
+    /// it, so the revision records what renders the prompts.
+    pub fn override_chat_template(&mut self, source: &str, origin: &str) -> Result<(), ModelError> {
+        self.chat_template = meta::replace_template(&self.chat_template, source, origin)?;
+        self.identity.chat_template_sha256 = self.chat_template.sha256_hex();
+        Ok(())
+    }
 }

@@ -41,13 +41,7 @@ pub const PROMPTS: [&str; 8] = [
 pub fn chat_prompt(engine: &Engine, user: &str) -> Vec<u32> {
     let text = engine
         .chat_template()
-        .render(
-            &[ChatMessage {
-                role: "user".into(),
-                content: user.into(),
-            }],
-            true,
-        )
+        .render(&[ChatMessage::new("user", user)], true)
         .expect("render");
     engine.tokenizer().encode(&text).expect("encode")
 }

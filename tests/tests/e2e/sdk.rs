@@ -15,6 +15,33 @@ async fn openai_sdk_chat_completions_models() {
     );
 }
 
+/// Tool calling with SmolLM2 served under llama.cpp's Hermes 2 Pro
+/// tool-use template (`chat_template`, as `--chat-template` sets it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_sdk_tool_calls() {
+    let template = stoker_test_support::repo_root()
+        .join("models/llama.cpp/templates/NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja");
+    assert!(
+        template.is_file(),
+        "{} is missing: run scripts/fetch-llama-cpp-data.sh",
+        template.display()
+    );
+    let path = template.to_string_lossy().into_owned();
+    let server = Server::start(
+        "sdk-tools",
+        ServerOptions::default().config(&format!("chat_template = {path:?}")),
+    )
+    .await;
+    let out = server
+        .run_python("sdk_tools.py", &[("STOKER_TEMPLATE_PATH", &path)])
+        .await;
+    print!("{out}");
+    assert!(
+        out.contains("OK sdk_tools"),
+        "script did not finish:\n{out}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_sdk_bad_key() {
     const GOOD: &str = "sk-e2e-good-key";

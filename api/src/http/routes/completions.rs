@@ -20,6 +20,7 @@ use crate::error::ApiError;
 use crate::http::extract::ApiJson;
 use crate::http::logprobs;
 use crate::http::sse::{self, Envelope, Kind};
+use crate::http::tool_calls::Splitter;
 use crate::state::{AppState, unix_now};
 
 /// Create a chat completion (streaming with `stream: true`).
@@ -183,14 +184,40 @@ pub fn chat_body(env: Envelope, c: generate::Collected, tok: &ModelTokenizer) ->
             .choices
             .into_iter()
             .enumerate()
-            .map(|(i, ch)| ChatChoice {
-                index: i as u32,
-                logprobs: asked.then(|| logprobs::chat(tok, &ch.logprobs)),
-                message: ChatMessageOut {
-                    role: "assistant".into(),
-                    content: ch.text,
-                },
-                finish_reason: ch.reason.as_str().to_string(),
+            .map(|(i, ch)| {
+                let logprobs = asked.then(|| logprobs::chat(tok, &ch.logprobs));
+                let Some(mode) = &c.tools else {
+                    return ChatChoice {
+                        index: i as u32,
+                        logprobs,
+                        message: ChatMessageOut {
+                            role: "assistant".into(),
+                            content: Some(ch.text),
+                            tool_calls: None,
+                        },
+                        finish_reason: ch.reason.as_str().to_string(),
+                    };
+                };
+                let mut split = Splitter::new(mode.clone());
+                let mut content = split.push(&ch.text);
+                let ended = split.finish();
+                content.push_str(&ended.content);
+                let called = !ended.calls.is_empty();
+                let content = if called {
+                    Some(content.trim().to_string()).filter(|t| !t.is_empty())
+                } else {
+                    Some(content)
+                };
+                ChatChoice {
+                    index: i as u32,
+                    logprobs,
+                    message: ChatMessageOut {
+                        role: "assistant".into(),
+                        content,
+                        tool_calls: called.then_some(ended.calls),
+                    },
+                    finish_reason: Splitter::finish_reason(mode, ch.reason, called).to_string(),
+                }
             })
             .collect(),
         usage: sse::usage_of(&c.usage),

@@ -56,7 +56,8 @@ pub async fn tokenize(
             validate::encode_prompt(tok, p, add)?
         }
         (None, Some(m)) => {
-            let mut ids = validate::chat_prompt(m, req.add_generation_prompt.unwrap_or(true), &t)?;
+            let mut ids =
+                validate::chat_prompt(m, req.add_generation_prompt.unwrap_or(true), None, &t)?;
             if req.add_special_tokens == Some(true)
                 && let Some(bos) = tok.bos_token_id()
                 && ids.first() != Some(&bos)
