@@ -83,7 +83,7 @@ async fn engine_rows(
                     match ev.unwrap_or_else(|e| panic!("{e}")) {
                         EngineEvent::Delta { token_ids, .. } => tokens += token_ids.len(),
                         EngineEvent::Finished { .. } => break,
-                        EngineEvent::Started { .. } => {}
+                        EngineEvent::Started { .. } | EngineEvent::PromptLogprobs(_) => {}
                         EngineEvent::Error(e) => panic!("{e}"),
                     }
                 }

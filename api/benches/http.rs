@@ -100,7 +100,7 @@ async fn engine_one(artifact: &dyn Artifact, engine: &dyn Backend, ids: Vec<u32>
                 tokens += token_ids.len();
             }
             EngineEvent::Finished { .. } => break,
-            EngineEvent::Started { .. } => {}
+            EngineEvent::Started { .. } | EngineEvent::PromptLogprobs(_) => {}
             EngineEvent::Error(e) => panic!("{e}"),
         }
     }

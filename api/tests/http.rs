@@ -407,9 +407,24 @@ fn validation_errors_have_typed_bodies() {
             json!({"model": m, "prompt": [-1]}),
         ),
         (
-            "completion: echo",
+            "completion: max_tokens 0 without echo",
             "/v1/completions",
-            json!({"model": m, "prompt": "a", "echo": true}),
+            json!({"model": m, "prompt": "a", "max_tokens": 0}),
+        ),
+        (
+            "completion: echo scoring 21 alternatives",
+            "/v1/completions",
+            json!({"model": m, "prompt": "a b", "echo": true, "max_tokens": 0, "logprobs": 21}),
+        ),
+        (
+            "completion: echo not a boolean",
+            "/v1/completions",
+            json!({"model": m, "prompt": "a", "echo": "yes"}),
+        ),
+        (
+            "completion: echo with negative max_tokens",
+            "/v1/completions",
+            json!({"model": m, "prompt": "a", "echo": true, "max_tokens": -1}),
         ),
         (
             "completion: best_of",
@@ -1615,5 +1630,156 @@ fn forced_tool_calls_always_parse() {
             .rev()
             .find_map(|c| c["choices"][0]["finish_reason"].as_str());
         assert_eq!(fin, Some("stop"));
+    });
+}
+
+/// The legacy `logprobs` of a completion body's first choice, as numbers or
+/// nulls, and its tokens.
+fn legacy_logprobs(v: &Value) -> (Vec<String>, Vec<Option<f64>>) {
+    let lp = &v["choices"][0]["logprobs"];
+    let tokens = lp["tokens"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no tokens: {v}"))
+        .iter()
+        .map(|t| t.as_str().unwrap().to_string())
+        .collect();
+    let lps = lp["token_logprobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(Value::as_f64)
+        .collect();
+    (tokens, lps)
+}
+
+#[test]
+fn echo_scores_the_prompt_and_leads_the_output_with_it() {
+    let s = shared();
+    rt().block_on(async {
+        let prompt = "The sky above the port was the color of television";
+        // Scoring without generating: OpenAI's legacy `echo` + `max_tokens: 0`.
+        let score = json!({"model": MODEL_ID, "prompt": prompt, "echo": true,
+            "max_tokens": 0, "logprobs": 2, "temperature": 0});
+        let r = post(s, "/v1/completions", score.clone()).await;
+        assert_eq!(r.status(), 200);
+        let scored: Value = r.json().await.unwrap();
+        let choice = &scored["choices"][0];
+        assert_eq!(choice["text"], prompt, "{scored}");
+        assert_eq!(choice["finish_reason"], "length");
+        assert_eq!(scored["usage"]["completion_tokens"], 0);
+        let n = scored["usage"]["prompt_tokens"].as_u64().unwrap() as usize;
+        let (tokens, lps) = legacy_logprobs(&scored);
+        assert_eq!(tokens.len(), n);
+        assert_eq!(tokens.concat(), prompt, "the tokens spell the prompt");
+        assert_eq!(lps[0], None, "nothing precedes the first token");
+        assert!(choice["logprobs"]["top_logprobs"][0].is_null());
+        assert!(
+            lps[1..].iter().all(|l| l.is_some_and(|l| l <= 0.0)),
+            "{lps:?}"
+        );
+        let tops = choice["logprobs"]["top_logprobs"].as_array().unwrap();
+        assert!(
+            tops[1..]
+                .iter()
+                .all(|m| (1..=2).contains(&m.as_object().unwrap().len()))
+        );
+        // The same prompt scores the same, cached blocks or not.
+        let again: Value = post(s, "/v1/completions", score.clone())
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(again["choices"], scored["choices"]);
+
+        // With output: the prompt, then what the same request without echo
+        // says, token for token and number for number.
+        let mut generate = json!({"model": MODEL_ID, "prompt": prompt, "max_tokens": 5,
+            "logprobs": 2, "temperature": 0, "ignore_eos": true});
+        let plain: Value = post(s, "/v1/completions", generate.clone())
+            .await
+            .json()
+            .await
+            .unwrap();
+        generate["echo"] = json!(true);
+        let echoed: Value = post(s, "/v1/completions", generate.clone())
+            .await
+            .json()
+            .await
+            .unwrap();
+        let text = plain["choices"][0]["text"].as_str().unwrap();
+        assert_eq!(echoed["choices"][0]["text"], format!("{prompt}{text}"));
+        let (et, el) = legacy_logprobs(&echoed);
+        let (pt, pl) = legacy_logprobs(&plain);
+        assert_eq!(et[..n], tokens[..]);
+        assert_eq!(el[..n], lps[..]);
+        assert_eq!(et[n..], pt[..]);
+        assert_eq!(el[n..], pl[..]);
+        let offsets: Vec<u64> = echoed["choices"][0]["logprobs"]["text_offset"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o.as_u64().unwrap())
+            .collect();
+        assert_eq!(offsets[n], prompt.chars().count() as u64);
+
+        // Streamed: the prompt's chunk first, then the output's; together
+        // they are the whole answer.
+        generate["stream"] = json!(true);
+        let raw = post(s, "/v1/completions", generate.clone())
+            .await
+            .text()
+            .await
+            .unwrap();
+        let f = frames(&raw);
+        let chunks: Vec<Value> = f[..f.len() - 1]
+            .iter()
+            .map(|(_, d)| serde_json::from_str(d).unwrap())
+            .collect();
+        assert_eq!(chunks[0]["choices"][0]["text"], prompt);
+        let streamed: String = chunks
+            .iter()
+            .map(|c| c["choices"][0]["text"].as_str().unwrap_or(""))
+            .collect();
+        assert_eq!(streamed, echoed["choices"][0]["text"].as_str().unwrap());
+        let streamed_lps: Vec<Option<f64>> = chunks
+            .iter()
+            .filter_map(|c| {
+                c["choices"][0]["logprobs"]["token_logprobs"]
+                    .as_array()
+                    .cloned()
+            })
+            .flatten()
+            .map(|l| l.as_f64())
+            .collect();
+        assert_eq!(streamed_lps, el);
+
+        // Without logprobs the prompt leads the text all the same, and two
+        // choices each carry it.
+        let body = json!({"model": MODEL_ID, "prompt": prompt, "echo": true,
+            "max_tokens": 3, "n": 2, "temperature": 1.0, "seed": 4});
+        let two: Value = post(s, "/v1/completions", body.clone())
+            .await
+            .json()
+            .await
+            .unwrap();
+        for c in two["choices"].as_array().unwrap() {
+            assert!(c["text"].as_str().unwrap().starts_with(prompt), "{two}");
+            assert!(c["logprobs"].is_null());
+        }
+        let mut body = body;
+        body["stream"] = json!(true);
+        body["logprobs"] = json!(0);
+        let raw = post(s, "/v1/completions", body).await.text().await.unwrap();
+        let mut texts = [String::new(), String::new()];
+        for (_, d) in frames(&raw) {
+            if d == "[DONE]" {
+                continue;
+            }
+            let c: Value = serde_json::from_str(&d).unwrap();
+            let i = c["choices"][0]["index"].as_u64().unwrap() as usize;
+            texts[i].push_str(c["choices"][0]["text"].as_str().unwrap_or(""));
+        }
+        assert!(texts.iter().all(|t| t.starts_with(prompt)), "{texts:?}");
+        kv_idle(s, Duration::from_secs(5)).await;
     });
 }

@@ -128,7 +128,7 @@ fn trace(engine: &Engine, prompt: Vec<u32>, max_tokens: usize) -> RequestTrace {
                 tokens += token_ids.len();
             }
             EngineEvent::Finished { .. } => break,
-            EngineEvent::Started { .. } => {}
+            EngineEvent::Started { .. } | EngineEvent::PromptLogprobs(_) => {}
             EngineEvent::Error(e) => panic!("{e}"),
         }
     }

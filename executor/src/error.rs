@@ -78,7 +78,9 @@ pub enum ValidationError {
         max_tokens: usize,
         context: usize,
     },
-    #[error("max_tokens must be at least 1")]
+    #[error(
+        "max_tokens must be at least 1 (0 only when the prompt is scored: `echo` on completions)"
+    )]
     ZeroMaxTokens,
     #[error("max_tokens is {got}; the maximum is {max}")]
     MaxTokensTooLarge { got: usize, max: usize },

@@ -31,6 +31,13 @@ pub struct SamplingParams {
     /// [`MAX_TOP_LOGPROBS`](crate::logprobs::MAX_TOP_LOGPROBS)) most likely
     /// alternatives; `None`: no log probabilities.
     pub logprobs: Option<usize>,
+    /// Score the prompt: report the log probability of each prompt token
+    /// after the first (given the tokens before it) and this many most
+    /// likely alternatives at its position, as vLLM's `prompt_logprobs`
+    /// and OpenAI's legacy `echo` do. The prompt is then computed whole,
+    /// never served from the prefix cache, so every position has logits.
+    /// With it, `max_tokens` may be 0: score without generating.
+    pub prompt_logprobs: Option<usize>,
     /// Subtracted once from every token already generated (OpenAI's, -2..=2).
     pub presence_penalty: f32,
     /// Subtracted per occurrence from every token already generated
@@ -65,6 +72,7 @@ impl Default for SamplingParams {
             stop_token_ids: Vec::new(),
             stop_at_eos: true,
             logprobs: None,
+            prompt_logprobs: None,
             presence_penalty: 0.0,
             frequency_penalty: 0.0,
             repetition_penalty: 1.0,
@@ -238,6 +246,11 @@ impl ValidRequest {
     pub fn choice(&self, index: u64) -> Self {
         let mut r = self.clone();
         r.params.seed = r.params.seed.map(|s| s.wrapping_add(index));
+        // The prompt is scored once, by the first choice; the others reuse
+        // its prefix-cached blocks.
+        if index > 0 {
+            r.params.prompt_logprobs = None;
+        }
         r
     }
 
@@ -253,10 +266,10 @@ fn validate_params(p: &SamplingParams) -> Result<(), ValidationError> {
     if !(p.top_p > 0.0 && p.top_p <= 1.0) {
         return Err(ValidationError::BadTopP(p.top_p));
     }
-    if p.max_tokens == 0 {
+    if p.max_tokens == 0 && p.prompt_logprobs.is_none() {
         return Err(ValidationError::ZeroMaxTokens);
     }
-    if let Some(n) = p.logprobs
+    if let Some(n) = p.logprobs.into_iter().chain(p.prompt_logprobs).max()
         && n > crate::logprobs::MAX_TOP_LOGPROBS
     {
         return Err(ValidationError::TooManyTopLogprobs {
@@ -370,6 +383,22 @@ mod tests {
             req(vec![1], SamplingParams::greedy(0)).unwrap_err(),
             ValidationError::ZeroMaxTokens
         );
+        let scoring = SamplingParams {
+            prompt_logprobs: Some(0),
+            ..SamplingParams::greedy(0)
+        };
+        assert!(
+            req(vec![1, 2], scoring).is_ok(),
+            "scoring may generate nothing"
+        );
+        let too_many = SamplingParams {
+            prompt_logprobs: Some(crate::logprobs::MAX_TOP_LOGPROBS + 1),
+            ..SamplingParams::greedy(1)
+        };
+        assert!(matches!(
+            req(vec![1, 2], too_many).unwrap_err(),
+            ValidationError::TooManyTopLogprobs { .. }
+        ));
     }
 
     #[test]

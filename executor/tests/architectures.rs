@@ -66,6 +66,7 @@ fn ours(model: &Model) -> Vec<Vec<f32>> {
             start_pos,
             block_table: &blocks,
             logits: true,
+            score: None,
             prompt_len: prompt.len(),
         };
         model.forward(&[chunk], kv, &mut ws).unwrap().remove(0)

@@ -46,6 +46,7 @@ fn spec(id: u64, lane: Lane, tenant: &str, prompt: Vec<u32>, max_new: usize) -> 
         lane,
         tenant: TenantId(tenant.to_string()),
         ordered_prompt_len: prompt.len(),
+        compute_whole_prompt: false,
         prompt,
         max_new_tokens: max_new,
     }

@@ -270,7 +270,7 @@ pub struct CompletionRequest {
     pub stream: Option<bool>,
     #[serde(default)]
     pub stream_options: Option<StreamOptions>,
-    /// Defaults to 16, as in OpenAI's API.
+    /// Defaults to 16, as in OpenAI's API; 0 only with `echo`.
     #[serde(default)]
     pub max_tokens: Option<i64>,
     #[serde(default)]
@@ -300,6 +300,9 @@ pub struct CompletionRequest {
     /// `max_tokens`, for benchmarks that need exact output lengths.
     #[serde(default)]
     pub ignore_eos: Option<bool>,
+    /// Put the prompt before the output, in `text` and (with `logprobs`)
+    /// in the log probabilities, each prompt token scored given the ones
+    /// before it. With `max_tokens: 0` it scores a text without generating.
     #[serde(default)]
     pub echo: Option<bool>,
     #[serde(default)]
@@ -402,13 +405,16 @@ pub struct TopLogprob {
 }
 
 /// `choices[].logprobs` of a completion (the legacy shape), one entry per
-/// output token in each list.
+/// token in each list: with `echo`, the prompt's tokens first, then the
+/// output's.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct CompletionLogprobs {
     pub tokens: Vec<String>,
-    pub token_logprobs: Vec<f32>,
-    /// Token text to log probability of the `logprobs` most likely tokens.
-    pub top_logprobs: Vec<std::collections::BTreeMap<String, f32>>,
+    /// Null for the prompt's first token, which nothing precedes.
+    pub token_logprobs: Vec<Option<f32>>,
+    /// Token text to log probability of the `logprobs` most likely tokens;
+    /// null for the prompt's first token.
+    pub top_logprobs: Vec<Option<std::collections::BTreeMap<String, f32>>>,
     /// Where each token's text starts in `text` (characters), counted from
     /// the start of this choice's text across all chunks of a stream.
     pub text_offset: Vec<u64>,

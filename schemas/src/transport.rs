@@ -40,6 +40,9 @@ pub struct WireSampling {
     /// alternatives; absent: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logprobs: Option<u32>,
+    /// Score the prompt with this many alternatives per token (`echo`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_logprobs: Option<u32>,
     /// Absent: 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub presence_penalty: Option<f32>,
@@ -122,6 +125,9 @@ pub struct ReplyMessage {
 pub enum ReplyEvent {
     /// The engine scheduled the request after `queue_ms` in its queue.
     Started { queue_ms: f64 },
+    /// The prompt's scores, one per prompt token after the first, when the
+    /// job asked for them; before any `delta`.
+    PromptLogprobs { logprobs: Vec<WireLogprob> },
     Delta {
         text: String,
         token_ids: Vec<u32>,

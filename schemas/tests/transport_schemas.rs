@@ -52,6 +52,7 @@ fn job() -> JobMessage {
             stop_token_ids: vec![],
             stop_at_eos: true,
             logprobs: Some(2),
+            prompt_logprobs: Some(1),
             presence_penalty: Some(0.5),
             frequency_penalty: None,
             repetition_penalty: Some(1.1),
@@ -74,6 +75,13 @@ fn bodies_round_trip() {
     assert_eq!(JobMessage::decode(&j.encode()).unwrap(), j);
     for event in [
         ReplyEvent::Started { queue_ms: 1.5 },
+        ReplyEvent::PromptLogprobs {
+            logprobs: vec![stoker_schemas::transport::WireLogprob {
+                id: 3,
+                logprob: -4.5,
+                top: vec![(8, -0.5)],
+            }],
+        },
         ReplyEvent::Delta {
             text: "héllo".into(),
             token_ids: vec![5, 6],

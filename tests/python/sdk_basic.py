@@ -196,6 +196,17 @@ lp_comp = c.completions.create(model=MODEL, prompt=PROMPT, max_tokens=5, tempera
 lp = lp_comp.choices[0].logprobs
 check(len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset), f"{lp}")
 check("".join(lp.tokens) == lp_comp.choices[0].text, f"{lp.tokens} != {lp_comp.choices[0].text!r}")
+step("completions echo=True, max_tokens=0: score a text without generating")
+scored = c.completions.create(model=MODEL, prompt=PROMPT, max_tokens=0, echo=True, logprobs=1, temperature=0)
+sc = scored.choices[0]
+check(sc.text == PROMPT, f"echo text {sc.text!r} != {PROMPT!r}")
+check(scored.usage.completion_tokens == 0, f"{scored.usage}")
+check(len(sc.logprobs.tokens) == scored.usage.prompt_tokens, f"{sc.logprobs}")
+check(sc.logprobs.token_logprobs[0] is None and sc.logprobs.top_logprobs[0] is None, f"{sc.logprobs}")
+check(all(l is not None and l <= 0 for l in sc.logprobs.token_logprobs[1:]), f"{sc.logprobs}")
+echoed = c.completions.create(model=MODEL, prompt=PROMPT, max_tokens=5, echo=True, logprobs=3, temperature=0)
+check(echoed.choices[0].text == PROMPT + lp_comp.choices[0].text, f"{echoed.choices[0].text!r}")
+check(echoed.choices[0].logprobs.token_logprobs[len(sc.logprobs.tokens):] == lp.token_logprobs, "echoed output logprobs differ")
 step("completions with logit_bias, penalties and vLLM's min_tokens (extra_body)")
 biased = c.completions.create(
     model=MODEL, prompt=PROMPT, max_tokens=4, temperature=0, logprobs=0,

@@ -22,6 +22,7 @@ pub fn sampling_to_wire(p: &SamplingParams) -> WireSampling {
         stop_token_ids: p.stop_token_ids.clone(),
         stop_at_eos: p.stop_at_eos,
         logprobs: p.logprobs.map(|n| n as u32),
+        prompt_logprobs: p.prompt_logprobs.map(|n| n as u32),
         presence_penalty: Some(p.presence_penalty).filter(|&x| x != 0.0),
         frequency_penalty: Some(p.frequency_penalty).filter(|&x| x != 0.0),
         repetition_penalty: Some(p.repetition_penalty).filter(|&x| x != 1.0),
@@ -48,6 +49,7 @@ pub fn sampling_from_wire(w: &WireSampling) -> SamplingParams {
         stop_token_ids: w.stop_token_ids.clone(),
         stop_at_eos: w.stop_at_eos,
         logprobs: w.logprobs.map(|n| n as usize),
+        prompt_logprobs: w.prompt_logprobs.map(|n| n as usize),
         presence_penalty: w.presence_penalty.unwrap_or(0.0),
         frequency_penalty: w.frequency_penalty.unwrap_or(0.0),
         repetition_penalty: w.repetition_penalty.unwrap_or(1.0),
@@ -112,6 +114,9 @@ pub fn event_to_wire(ev: &EngineEvent) -> ReplyEvent {
         EngineEvent::Started { queue } => ReplyEvent::Started {
             queue_ms: ms(*queue),
         },
+        EngineEvent::PromptLogprobs(lps) => ReplyEvent::PromptLogprobs {
+            logprobs: lps.iter().map(logprob_to_wire).collect(),
+        },
         EngineEvent::Delta {
             text,
             token_ids,
@@ -171,6 +176,9 @@ pub fn event_from_wire(ev: ReplyEvent) -> Report {
         ReplyEvent::Started { queue_ms } => Ok(EngineEvent::Started {
             queue: dur(queue_ms),
         }),
+        ReplyEvent::PromptLogprobs { logprobs } => Ok(EngineEvent::PromptLogprobs(
+            logprobs.into_iter().map(logprob_from_wire).collect(),
+        )),
         ReplyEvent::Delta {
             text,
             token_ids,
@@ -228,6 +236,11 @@ mod tests {
             EngineEvent::Started {
                 queue: Duration::from_millis(12),
             },
+            EngineEvent::PromptLogprobs(vec![stoker_executor::TokenLogprob {
+                id: 4,
+                logprob: -3.5,
+                top: vec![(9, -0.5)],
+            }]),
             EngineEvent::Delta {
                 text: "hi".into(),
                 token_ids: vec![1, 2],
@@ -319,6 +332,7 @@ mod tests {
         assert_eq!(sampling_from_wire(&sampling_to_wire(&sp)), sp);
         let sp = SamplingParams {
             logprobs: Some(5),
+            prompt_logprobs: Some(2),
             presence_penalty: -1.5,
             frequency_penalty: 0.25,
             repetition_penalty: 1.2,

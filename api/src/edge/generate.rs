@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use crate::admission::{Demand, Ticket};
 use crate::backend::{Artifact, Generation, Served};
 use crate::edge::tools::ToolMode;
-use crate::edge::validate::Prepared;
+use crate::edge::validate::{Echo, Prepared};
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -43,6 +43,8 @@ pub struct Running {
     pub logprobs: Option<Arc<dyn Artifact>>,
     /// How each choice's output is read as tool calls.
     pub tools: Option<ToolMode>,
+    /// The prompt to put before each choice's output.
+    pub echo: Option<Echo>,
 }
 
 /// What the caller sees next, of choice `index`.
@@ -55,6 +57,9 @@ pub struct ChoiceStep {
 /// What the caller sees next of one choice.
 #[derive(Debug)]
 pub enum Step {
+    /// The prompt's scores (one per token after the first), before any
+    /// text, when the request echoes it with log probabilities.
+    Prompt(Vec<TokenLogprob>),
     /// Text and, when asked for, the log probabilities of the tokens that
     /// made it (text may be empty while a character or stop string is
     /// incomplete, if tokens came).
@@ -108,6 +113,7 @@ async fn submit(
 ) -> Result<Running, ApiError> {
     let lane = prepared.request.lane();
     let tools = prepared.tools.clone();
+    let echo = prepared.echo.clone();
     let logprobs = prepared
         .request
         .params()
@@ -158,6 +164,7 @@ async fn submit(
         include_usage: prepared.include_usage,
         logprobs,
         tools,
+        echo,
     })
 }
 
@@ -236,6 +243,7 @@ impl Running {
             };
             let step = match ev {
                 Ok(EngineEvent::Started { .. }) => continue,
+                Ok(EngineEvent::PromptLogprobs(p)) => Step::Prompt(p),
                 Ok(EngineEvent::Delta { text, logprobs, .. })
                     if text.is_empty() && logprobs.is_empty() =>
                 {
@@ -262,7 +270,7 @@ impl Running {
                 // One failed choice fails the request; dropping the rest
                 // cancels them.
                 Step::Failed(_) => self.ended.iter_mut().for_each(|e| *e = true),
-                Step::Text { .. } => {}
+                Step::Text { .. } | Step::Prompt(_) => {}
             }
             return Some(ChoiceStep { index, step });
         }
@@ -310,6 +318,8 @@ pub struct Collected {
     pub asked_logprobs: bool,
     /// How each choice's text is read as tool calls.
     pub tools: Option<ToolMode>,
+    /// The prompt each choice's text follows, and its scores when asked.
+    pub echo: Option<(Echo, Vec<TokenLogprob>)>,
     /// The first choice's finish, as the request log records it.
     pub reason: FinishReason,
     /// Over all choices ([`add_usage`]).
@@ -331,8 +341,10 @@ pub async fn collect(
     let mut usage = None;
     let mut first_timings = None;
     let mut done = 0;
+    let mut prompt_scores = Vec::new();
     while let Some(ChoiceStep { index, step }) = run.next(state).await {
         match step {
+            Step::Prompt(p) => prompt_scores = p,
             Step::Text { text, logprobs } => {
                 parts[index].0.push_str(&text);
                 parts[index].1.extend(logprobs);
@@ -370,6 +382,7 @@ pub async fn collect(
                     choices,
                     asked_logprobs: run.logprobs.is_some(),
                     tools: run.tools.clone(),
+                    echo: run.echo.take().map(|e| (e, prompt_scores)),
                     reason,
                     usage,
                     timings,

@@ -41,6 +41,19 @@ pub struct Prepared {
     pub n: usize,
     /// How the output is read as tool calls (chat with `tools`).
     pub tools: Option<ToolMode>,
+    /// The prompt to put before the output (completions with `echo`).
+    pub echo: Option<Echo>,
+}
+
+/// A completion's prompt as `echo` returns it: its text (as given, or the
+/// given token ids decoded) and its token ids.
+#[derive(Clone, Debug)]
+pub struct Echo {
+    pub text: String,
+    pub ids: Vec<u32>,
+    /// Whether the engine scores the prompt for this response's
+    /// `logprobs` (a `PromptLogprobs` event comes before any text).
+    pub scored: bool,
 }
 
 impl Prepared {
@@ -166,6 +179,7 @@ fn common_params(c: &Common<'_>) -> Result<SamplingParams, ApiError> {
         stop_at_eos: !c.ignore_eos.unwrap_or(false),
         // Set by each route, whose fields differ.
         logprobs: None,
+        prompt_logprobs: None,
         // Ranges are checked in ValidRequest::new, ids against the vocabulary.
         presence_penalty,
         frequency_penalty,
@@ -371,6 +385,7 @@ fn finish(
         include_usage: include_usage.unwrap_or(false),
         n,
         tools: None,
+        echo: None,
     })
 }
 
@@ -676,9 +691,6 @@ pub fn completion(req: CompletionRequest, tenant: &str, t: &Target) -> Result<Pr
     if req.best_of.is_some_and(|b| b > 1) {
         return Err(ApiError::unsupported("best_of", "best_of > 1"));
     }
-    if req.echo == Some(true) {
-        return Err(ApiError::unsupported("echo", "echoing the prompt"));
-    }
     if req.suffix.as_ref().is_some_and(|s| !s.is_empty()) {
         return Err(ApiError::unsupported("suffix", "a suffix (insertion)"));
     }
@@ -687,6 +699,29 @@ pub fn completion(req: CompletionRequest, tenant: &str, t: &Target) -> Result<Pr
         None => None,
         Some(n) => Some(top_logprobs(n, "logprobs")?),
     };
+    let echo = req.echo == Some(true);
+    let requested_max = match req.max_tokens {
+        // Scoring a text without generating, OpenAI's legacy way.
+        Some(0) if echo => Some(0),
+        Some(n) if echo && n < 0 => {
+            return Err(ApiError::invalid(
+                "`max_tokens` must be at least 0 with `echo`",
+                "max_tokens",
+            ));
+        }
+        Some(0) => {
+            return Err(ApiError::invalid(
+                "`max_tokens` must be at least 1 (0 only with `echo`)",
+                "max_tokens",
+            ));
+        }
+        v => max_tokens(v, "max_tokens")?,
+    };
+    if echo {
+        // The prompt is scored for `logprobs`; with nothing to generate it
+        // is still run (unreported), which is what lets `max_tokens` be 0.
+        params.prompt_logprobs = params.logprobs.or((requested_max == Some(0)).then_some(0));
+    }
     let tok = t.served.artifact.tokenizer();
     let encode = |text: &str| encode_prompt(tok, text, true);
     let ids = |v: &[i64]| token_ids(v, t.limits.vocab_size, "prompt");
@@ -705,16 +740,34 @@ pub fn completion(req: CompletionRequest, tenant: &str, t: &Target) -> Result<Pr
             _ => return Err(many()),
         },
     };
-    finish(
+    let echo = echo
+        .then(|| -> Result<Echo, ApiError> {
+            let text = match &req.prompt {
+                PromptSpec::Text(t) => t.clone(),
+                PromptSpec::Texts(v) if v.len() == 1 => v[0].clone(),
+                _ => tok
+                    .decode(&prompt, false)
+                    .map_err(|e| ApiError::Internal(e.to_string()))?,
+            };
+            Ok(Echo {
+                text,
+                ids: prompt.clone(),
+                scored: params.logprobs.is_some(),
+            })
+        })
+        .transpose()?;
+    let mut prepared = finish(
         prompt,
         params,
-        max_tokens(req.max_tokens, "max_tokens")?,
+        requested_max,
         Some(COMPLETION_DEFAULT_MAX_TOKENS),
         &c,
         lane,
         tenant,
         t,
-    )
+    )?;
+    prepared.echo = echo;
+    Ok(prepared)
 }
 
 /// `x-stoker-deadline-ms`: how long the client will wait for the first token.

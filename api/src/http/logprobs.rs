@@ -57,19 +57,57 @@ pub fn completion(
 ) -> CompletionLogprobs {
     let mut out = CompletionLogprobs::default();
     for l in lps {
-        let (token, _) = spell(tok, l.id);
-        out.text_offset.push(*offset);
-        *offset += token.chars().count() as u64;
-        out.tokens.push(token);
-        out.token_logprobs.push(l.logprob);
+        push(&mut out, tok, l.id, Some(l), offset);
+    }
+    out
+}
+
+/// The legacy `logprobs` of an echoed prompt `ids`: the first token with
+/// null (nothing precedes it), each later one with its score (`scores[k]`
+/// scores `ids[k + 1]`); a token without a score is null too.
+pub fn echoed_prompt(
+    tok: &ModelTokenizer,
+    ids: &[u32],
+    scores: &[TokenLogprob],
+    offset: &mut u64,
+) -> CompletionLogprobs {
+    let mut out = CompletionLogprobs::default();
+    for (k, &id) in ids.iter().enumerate() {
+        let score = k.checked_sub(1).and_then(|j| scores.get(j));
+        push(&mut out, tok, id, score, offset);
+    }
+    out
+}
+
+/// `b` after `a`, as one choice's log probabilities.
+pub fn concat(mut a: CompletionLogprobs, b: CompletionLogprobs) -> CompletionLogprobs {
+    a.tokens.extend(b.tokens);
+    a.token_logprobs.extend(b.token_logprobs);
+    a.top_logprobs.extend(b.top_logprobs);
+    a.text_offset.extend(b.text_offset);
+    a
+}
+
+fn push(
+    out: &mut CompletionLogprobs,
+    tok: &ModelTokenizer,
+    id: u32,
+    l: Option<&TokenLogprob>,
+    offset: &mut u64,
+) {
+    let (token, _) = spell(tok, id);
+    out.text_offset.push(*offset);
+    *offset += token.chars().count() as u64;
+    out.tokens.push(token);
+    out.token_logprobs.push(l.map(|l| l.logprob));
+    out.top_logprobs.push(l.map(|l| {
         let mut top = BTreeMap::new();
         for &(id, logprob) in &l.top {
             // Two ids can spell the same text; the likelier (first) one stays.
             top.entry(spell(tok, id).0).or_insert(logprob);
         }
-        out.top_logprobs.push(top);
-    }
-    out
+        top
+    }));
 }
 
 #[cfg(test)]
@@ -110,7 +148,25 @@ mod tests {
         );
         assert_eq!(offset, joined.chars().count() as u64);
         // The same text twice in the top keeps one entry, the likelier.
-        assert_eq!(a.top_logprobs[0].len(), 1);
-        assert_eq!(a.top_logprobs[0].values().next(), Some(&-0.5));
+        let top = a.top_logprobs[0].as_ref().unwrap();
+        assert_eq!(top.len(), 1);
+        assert_eq!(top.values().next(), Some(&-0.5));
+
+        // An echoed prompt: the first token has no score, the rest theirs,
+        // and the output's offsets continue the prompt's.
+        let mut offset = 0;
+        let p = echoed_prompt(&tok, &ids, &lps[1..], &mut offset);
+        assert_eq!(p.token_logprobs[0], None);
+        assert_eq!(p.top_logprobs[0], None);
+        assert!(p.token_logprobs[1..].iter().all(|l| *l == Some(-0.5)));
+        let spelled: u64 = p.tokens.iter().map(|t| t.chars().count() as u64).sum();
+        let out = completion(&tok, head, &mut offset);
+        let both = concat(p, out);
+        assert_eq!(both.tokens.len(), ids.len() + 3);
+        assert_eq!(
+            both.text_offset[ids.len()],
+            spelled,
+            "the output's first token starts after the prompt's tokens"
+        );
     }
 }

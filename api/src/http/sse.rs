@@ -21,6 +21,7 @@ use stoker_executor::engine::{FinishReason, Timings};
 
 use crate::edge::generate::{Running, Step};
 use crate::edge::reqlog::LogSlot;
+use crate::edge::validate::Echo;
 use crate::error::ApiError;
 use crate::http::logprobs;
 use crate::http::tool_calls::{self, Splitter};
@@ -132,6 +133,34 @@ impl Chunker {
                 usage: self.usage_field(None),
             }),
         }
+    }
+
+    /// A completion chunk with the echoed prompt of choice `index`, scored
+    /// when `scores` are given and the request asked for log probabilities.
+    fn echo(&mut self, index: usize, echo: &Echo, scores: Option<&[TokenLogprob]>) -> Vec<u8> {
+        let logprobs = match (&self.logprobs, scores) {
+            (Some(a), Some(scores)) => Some(logprobs::echoed_prompt(
+                a.tokenizer(),
+                &echo.ids,
+                scores,
+                &mut self.offsets[index],
+            )),
+            _ => None,
+        };
+        data_frame(&Completion {
+            id: self.env.id.clone(),
+            object: "text_completion".into(),
+            created: self.env.created,
+            model: self.env.model.clone(),
+            system_fingerprint: self.env.fingerprint.clone(),
+            choices: vec![CompletionChoice {
+                index: index as u32,
+                text: echo.text.clone(),
+                finish_reason: None,
+                logprobs,
+            }],
+            usage: self.usage_field(None),
+        })
     }
 
     /// A chat chunk carrying a choice's tool calls, whole.
@@ -250,8 +279,24 @@ pub fn response(run: Running, app: AppState, kind: Kind, env: Envelope, slot: Lo
                 out.extend(st.chunker.text(i, Some(String::new()), &[], true, None));
             }
         }
+        if st.first
+            && let Some(echo) = st.run.echo.as_ref().filter(|e| !e.scored)
+        {
+            // Nothing to wait for: the prompt's text leads each choice.
+            for i in 0..st.run.choices() {
+                out.extend(st.chunker.echo(i, echo, None));
+            }
+        }
         st.first = false;
         match st.run.next(&st.app).await.map(|c| (c.index, c.step)) {
+            Some((_, Step::Prompt(scores))) => {
+                // Scored once, by the first choice; every choice leads with it.
+                if let Some(echo) = st.run.echo.as_ref().filter(|e| e.scored) {
+                    for i in 0..st.run.choices() {
+                        out.extend(st.chunker.echo(i, echo, Some(&scores)));
+                    }
+                }
+            }
             Some((i, Step::Text { text, logprobs })) => {
                 let text = match &mut st.splitters[i] {
                     Some(s) => s.push(&text),

@@ -16,10 +16,12 @@ use crate::ids::{Lane, SeqId};
 use crate::logit_processing::LogitState;
 use crate::logprobs::{TokenLogprob, token_logprob};
 use crate::model::row_order::AttentionOrder;
-use crate::model::{ForwardChunk, KvStorage, Model, Workspace};
+use crate::model::{ForwardChunk, ForwardOutput, KvStorage, Model, ScoreRows, Workspace};
 use crate::request::SamplingParams;
 use crate::sampling::{SeqRng, sample};
-use crate::scheduler::{PerLane, Scheduler, SchedulerConfig, SchedulerError, SeqSpec};
+use crate::scheduler::{
+    PerLane, ScheduledChunk, Scheduler, SchedulerConfig, SchedulerError, SeqSpec,
+};
 use crate::stop::{StopMatcher, StopOutcome};
 use crate::structured::{Constraint, Mask};
 
@@ -38,6 +40,10 @@ struct SeqState {
     pending_ids: Vec<u32>,
     /// Log probabilities of `pending_ids`, when the request asked for them.
     pending_logprobs: Vec<TokenLogprob>,
+    /// The prompt's scores so far (entry `k` scores token `k + 1`), when
+    /// the request asked for them; appended only, so rows a preemption
+    /// recomputes are not scored twice. Sent whole before the first token.
+    prompt_scores: Option<Vec<TokenLogprob>>,
     submitted_at: Instant,
     first_scheduled_at: Option<Instant>,
     first_token_at: Option<Instant>,
@@ -257,10 +263,13 @@ impl EngineCore {
             lane: request.lane(),
             tenant: request.tenant().clone(),
             prompt: request.prompt().to_vec(),
-            max_new_tokens: params.max_tokens,
+            // A scoring request with max_tokens 0 still computes the last
+            // prompt row (and samples nothing from it).
+            max_new_tokens: params.max_tokens.max(1),
             ordered_prompt_len: self
                 .attention_order
                 .ordered_prompt_len(request.prompt().len()),
+            compute_whole_prompt: params.prompt_logprobs.is_some(),
         };
         if let Err(e) = self.sched.add(spec) {
             let err = match e {
@@ -302,6 +311,9 @@ impl EngineCore {
                 generated: 0,
                 pending_ids: Vec::new(),
                 pending_logprobs: Vec::new(),
+                prompt_scores: params
+                    .prompt_logprobs
+                    .map(|_| Vec::with_capacity(request.prompt().len().saturating_sub(1))),
                 submitted_at,
                 first_scheduled_at: None,
                 first_token_at: None,
@@ -366,6 +378,7 @@ impl EngineCore {
                 start_pos: c.start,
                 block_table: self.sched.block_table(c.seq).unwrap_or(&[]),
                 logits: c.sample,
+                score: score_rows(&self.seqs, &self.sched, c),
                 prompt_len: self
                     .sched
                     .sequence(c.seq)
@@ -387,16 +400,16 @@ impl EngineCore {
             &mut self.constraints,
         );
         let (result, mut masks) = if constrained.is_empty() {
-            (model.forward(&chunks, kv, ws), HashMap::new())
+            (model.forward_scored(&chunks, kv, ws), HashMap::new())
         } else {
             rayon::join(
-                || model.forward(&chunks, kv, ws),
+                || model.forward_scored(&chunks, kv, ws),
                 || step_masks(constraints, &constrained),
             )
         };
         drop(chunks);
-        let logits = match result {
-            Ok(l) => l,
+        let ForwardOutput { logits, scores } = match result {
+            Ok(out) => out,
             Err(e) => {
                 // A forward error is a bug or corrupt state: fail the step's
                 // sequences loudly rather than stream garbage.
@@ -410,6 +423,15 @@ impl EngineCore {
             }
         };
         self.sched.complete_step(&plan);
+        for (ci, rows) in scores {
+            if let Some(v) = self
+                .seqs
+                .get_mut(&plan.chunks[ci].seq)
+                .and_then(|s| s.prompt_scores.as_mut())
+            {
+                v.extend(rows);
+            }
+        }
         let sampled: Vec<SeqId> = plan
             .chunks
             .iter()
@@ -466,6 +488,16 @@ impl EngineCore {
         let Some(s) = self.seqs.get_mut(&seq) else {
             return;
         };
+        if let Some(scores) = s.prompt_scores.take() {
+            debug_assert_eq!(scores.len() + 1, s.prompt_len);
+            let _ = s.events.send(EngineEvent::PromptLogprobs(scores));
+        }
+        if s.params.max_tokens == 0 {
+            // Scoring only: the prompt is in, nothing is generated.
+            s.first_token_at = Some(Instant::now());
+            self.finish(seq, FinishReason::Length);
+            return;
+        }
         let processes = s.params.processes_logits(s.generated);
         let tok = if processes || mask.is_some() {
             let row = &mut self.processed_logits;
@@ -673,8 +705,28 @@ impl EngineCore {
     }
 }
 
-/// The prefix-cache hash chain is seeded by the model's identity, so blocks of
-/// one revision can never satisfy a lookup for another.
+/// The rows of chunk `c` that score prompt tokens not scored yet: row
+/// `k` (a position) scores token `k + 1`, up to the prompt's last token.
+fn score_rows<'a>(
+    seqs: &HashMap<SeqId, SeqState>,
+    sched: &'a Scheduler,
+    c: &ScheduledChunk,
+) -> Option<ScoreRows<'a>> {
+    let s = seqs.get(&c.seq)?;
+    let scored = s.prompt_scores.as_ref()?.len();
+    let top = s.params.prompt_logprobs?;
+    let tokens = sched.sequence(c.seq)?.tokens();
+    let from = c.start.max(scored);
+    let to = (c.start + c.len).min(s.prompt_len.saturating_sub(1));
+    // A chunk that starts past the scored rows would leave a gap; the
+    // scheduler never serves such a sequence from the prefix cache.
+    (from == scored && from < to).then(|| ScoreRows {
+        first: from - c.start,
+        next: &tokens[from + 1..=to],
+        top,
+    })
+}
+
 /// The grammar masks of `seqs`, each from its sequence's constraint.
 fn step_masks(
     constraints: &mut HashMap<SeqId, Constraint>,
@@ -685,6 +737,8 @@ fn step_masks(
         .collect()
 }
 
+/// The prefix-cache hash chain is seeded by the model's identity, so blocks of
+/// one revision can never satisfy a lookup for another.
 fn revision_salt(sha256_hex: &str) -> [u8; 32] {
     let mut salt = [0u8; 32];
     if let Ok(bytes) = hex::decode(sha256_hex) {

@@ -57,6 +57,11 @@ pub enum EngineEvent {
     /// cannot fit) come as `Error` instead, so a caller that waits for this
     /// event knows the request was admitted by the engine.
     Started { queue: Duration },
+    /// The scores of the prompt, when the request asked for them
+    /// ([`SamplingParams::prompt_logprobs`](crate::SamplingParams)): one per
+    /// prompt token after the first, each given the tokens before it. Sent
+    /// once, after `Started` and before any `Delta`.
+    PromptLogprobs(Vec<crate::TokenLogprob>),
     /// Newly decoded text (never a broken UTF-8 sequence, never part of a stop
     /// string) and the token ids that produced it; with their log
     /// probabilities, one per id, when the request asked for them

@@ -343,6 +343,8 @@ pub struct Collected {
     pub token_ids: Vec<u32>,
     /// One per token id when the request asked for log probabilities.
     pub logprobs: Vec<crate::TokenLogprob>,
+    /// The prompt's scores, when the request asked for them.
+    pub prompt_logprobs: Option<Vec<crate::TokenLogprob>>,
     pub finish: Option<FinishReason>,
     pub usage: Usage,
     pub timings: Timings,
@@ -364,11 +366,12 @@ impl RequestHandle {
         ev
     }
 
-    /// Next `Delta`, `Finished` or `Error`, skipping `Started`.
+    /// Next `Delta`, `Finished` or `Error`, skipping `Started` and
+    /// `PromptLogprobs`.
     pub fn next_output_blocking(&mut self) -> Option<EngineEvent> {
         loop {
             match self.next_blocking() {
-                Some(EngineEvent::Started { .. }) => continue,
+                Some(EngineEvent::Started { .. } | EngineEvent::PromptLogprobs(_)) => continue,
                 other => return other,
             }
         }
@@ -421,6 +424,7 @@ impl RequestHandle {
                     c.timings = timings;
                 }
                 EngineEvent::Error(e) => c.error = Some(e),
+                EngineEvent::PromptLogprobs(p) => c.prompt_logprobs = Some(p),
                 EngineEvent::Started { .. } => {}
             }
         }

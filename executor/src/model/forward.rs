@@ -20,6 +20,7 @@ use rayon::prelude::*;
 
 use crate::ids::{BLOCK_SIZE, BlockId};
 use crate::kernels::{self, QMatrix};
+use crate::logprobs::{TokenLogprob, token_logprob};
 use crate::model::Model;
 use crate::model::attention::{RowKv, Scoring, attend_one_with};
 use crate::model::config::Activation;
@@ -35,12 +36,39 @@ pub struct ForwardChunk<'a> {
     pub block_table: &'a [BlockId],
     /// Whether to compute logits for the chunk's last token.
     pub logits: bool,
+    /// Rows to score against the tokens that follow them (prompt scoring).
+    pub score: Option<ScoreRows<'a>>,
     /// Positions before this one are computed in the order of a whole-prompt
     /// call, later ones in that of a one-token call ([`RowOrder`]), however
     /// the scheduler splits them: the sequence's original prompt length in
     /// reference order, 0 in position order (`AttentionOrder`).
     pub prompt_len: usize,
 }
+
+/// Rows of a chunk scored against the tokens that follow them: row
+/// `first + j` (position `start_pos + first + j`) against `next[j]`. Their
+/// logits are reduced to a [`TokenLogprob`] inside the pass, so a long
+/// prompt never holds a vocabulary row per token.
+#[derive(Clone, Copy, Debug)]
+pub struct ScoreRows<'a> {
+    pub first: usize,
+    pub next: &'a [u32],
+    /// Most likely alternatives to report per row.
+    pub top: usize,
+}
+
+/// What one step computed: the logits of each chunk that asked for them, in
+/// order, and the scores of each chunk that had [`ScoreRows`], by chunk
+/// index.
+#[derive(Debug, Default)]
+pub struct ForwardOutput {
+    pub logits: Vec<Vec<f32>>,
+    pub scores: Vec<(usize, Vec<TokenLogprob>)>,
+}
+
+/// Scored rows per language-model-head product: bounds the logits held at
+/// once (64 rows of a 150k vocabulary is 38 MB).
+const SCORE_ROWS: usize = 64;
 
 /// Reusable activation buffers, grown to the largest step seen.
 #[derive(Default)]
@@ -86,6 +114,8 @@ pub enum ForwardError {
     BadBlock(usize, u32),
     #[error("chunk {0}: token {1} is outside the vocabulary")]
     BadToken(usize, u32),
+    #[error("chunk {0}: scores {1} rows of a {2}-token chunk")]
+    BadScoreRows(usize, usize, usize),
     #[error("kernel: {0}")]
     Kernel(String),
 }
@@ -99,6 +129,17 @@ impl Model {
         kv: &mut KvStorage,
         ws: &mut Workspace,
     ) -> Result<Vec<Vec<f32>>, ForwardError> {
+        Ok(self.forward_scored(chunks, kv, ws)?.logits)
+    }
+
+    /// Runs one step: [`Model::forward`]'s logits, and the scores of the
+    /// rows each chunk's [`ScoreRows`] names.
+    pub fn forward_scored(
+        &self,
+        chunks: &[ForwardChunk<'_>],
+        kv: &mut KvStorage,
+        ws: &mut Workspace,
+    ) -> Result<ForwardOutput, ForwardError> {
         let cfg = &self.config;
         let (h, d) = (cfg.hidden, cfg.head_dim);
         let (nh, nkv) = (cfg.n_heads, cfg.n_kv_heads);
@@ -125,6 +166,18 @@ impl Model {
             if let Some(&t) = ch.tokens.iter().find(|&&t| t as usize >= vocab) {
                 return Err(ForwardError::BadToken(c, t));
             }
+            if let Some(sc) = ch.score {
+                if sc.first + sc.next.len() > ch.tokens.len() {
+                    return Err(ForwardError::BadScoreRows(
+                        c,
+                        sc.first + sc.next.len(),
+                        ch.tokens.len(),
+                    ));
+                }
+                if let Some(&t) = sc.next.iter().find(|&&t| t as usize >= vocab) {
+                    return Err(ForwardError::BadToken(c, t));
+                }
+            }
             for i in 0..ch.tokens.len() {
                 let pos = ch.start_pos + i;
                 ws.rows.push(RowInfo {
@@ -136,7 +189,7 @@ impl Model {
         }
         let t = ws.rows.len();
         if t == 0 {
-            return Ok(Vec::new());
+            return Ok(ForwardOutput::default());
         }
         let qkv_w = cfg.qkv_width();
         let qw = cfg.q_width();
@@ -289,14 +342,33 @@ impl Model {
                 want.push(r - 1);
             }
         }
-        if want.is_empty() {
-            return Ok(Vec::new());
+        let mut out = ForwardOutput::default();
+        if !want.is_empty() {
+            let vocab_rows = self.weights.lm_head().rows();
+            let logits = self.head_logits(&ws.x, &want)?;
+            out.logits = logits.chunks(vocab_rows).map(|c| c.to_vec()).collect();
         }
-        let n = want.len();
+        let mut r = 0;
+        for (c, ch) in chunks.iter().enumerate() {
+            if let Some(sc) = ch.score {
+                out.scores
+                    .push((c, self.score_rows(&ws.x, r + sc.first, sc)?));
+            }
+            r += ch.tokens.len();
+        }
+        Ok(out)
+    }
+
+    /// The final norm and the language-model head over rows `rows` of the
+    /// hidden states `x`: one vocabulary row of logits per row, in order.
+    fn head_logits(&self, x: &[f32], rows: &[usize]) -> Result<Vec<f32>, ForwardError> {
+        let cfg = &self.config;
+        let h = cfg.hidden;
+        let n = rows.len();
         let mut last = vec![0f32; n * h];
-        for (i, &ri) in want.iter().enumerate() {
+        for (i, &ri) in rows.iter().enumerate() {
             rms_norm(
-                &ws.x[ri * h..(ri + 1) * h],
+                &x[ri * h..(ri + 1) * h],
                 &self.weights.norm,
                 cfg.rms_eps,
                 &mut last[i * h..(i + 1) * h],
@@ -310,7 +382,33 @@ impl Model {
                 *l = (*l / cap).tanh() * cap;
             }
         }
-        Ok(logits.chunks(head.rows()).map(|c| c.to_vec()).collect())
+        Ok(logits)
+    }
+
+    /// Scores rows `first..first + sc.next.len()` of `x` against the
+    /// tokens that follow them, [`SCORE_ROWS`] at a time.
+    fn score_rows(
+        &self,
+        x: &[f32],
+        first: usize,
+        sc: ScoreRows<'_>,
+    ) -> Result<Vec<TokenLogprob>, ForwardError> {
+        let vocab_rows = self.weights.lm_head().rows();
+        let mut out = Vec::with_capacity(sc.next.len());
+        for (g, next) in sc.next.chunks(SCORE_ROWS).enumerate() {
+            let start = first + g * SCORE_ROWS;
+            let rows: Vec<usize> = (start..start + next.len()).collect();
+            let logits = self.head_logits(x, &rows)?;
+            let scored: Vec<TokenLogprob> = logits
+                .par_chunks(vocab_rows)
+                .zip(next.par_iter())
+                .map_init(Vec::new, |scratch, (row, &tok)| {
+                    token_logprob(row, tok, sc.top, scratch)
+                })
+                .collect();
+            out.extend(scored);
+        }
+        Ok(out)
     }
 }
 

@@ -23,7 +23,7 @@ use crate::error::ModelError;
 use crate::tokenizer::ModelTokenizer;
 
 pub use config::{Arch, ModelConfig, SUPPORTED_ARCHITECTURES};
-pub use forward::{ForwardChunk, Workspace};
+pub use forward::{ForwardChunk, ForwardOutput, ScoreRows, Workspace};
 pub use kv_storage::KvStorage;
 pub use meta::{ModelIdentity, ModelMeta};
 pub use weights::WeightMode;

@@ -23,6 +23,10 @@ pub struct SeqSpec {
     /// (`model::row_order`): the prompt's length in reference order, 0 in
     /// position order. Part of every block's prefix-cache key.
     pub ordered_prompt_len: usize,
+    /// Every prompt position is computed (no prefix-cache hit on admission
+    /// or readmission), because the engine scores each prompt token from
+    /// the logits before it. Its full blocks are still registered for others.
+    pub compute_whole_prompt: bool,
 }
 
 /// Where a sequence is in its life.
@@ -44,6 +48,7 @@ pub struct Sequence {
     pub(super) tokens: Vec<u32>,
     pub(super) prompt_len: usize,
     pub(super) ordered_prompt_len: usize,
+    pub(super) compute_whole_prompt: bool,
     pub(super) max_new_tokens: usize,
     pub(super) num_computed: usize,
     pub(super) block_table: Vec<BlockId>,
@@ -64,6 +69,7 @@ impl Sequence {
             tenant: spec.tenant,
             prompt_len: spec.prompt.len(),
             ordered_prompt_len: spec.ordered_prompt_len.min(spec.prompt.len()),
+            compute_whole_prompt: spec.compute_whole_prompt,
             tokens: spec.prompt,
             max_new_tokens: spec.max_new_tokens,
             num_computed: 0,

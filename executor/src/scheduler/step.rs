@@ -30,7 +30,8 @@
 //! out empty while work can run: if nothing fits the targets, the oldest
 //! candidate still gets one token. Admissions skip prefix-cached full
 //! blocks, always compute at least the last token so its logits exist, go
-//! interactive before batch, round-robin across tenants, and are skipped in a
+//! interactive before batch, round-robin across tenants (a sequence that
+//! scores its prompt takes no cached blocks), and are skipped in a
 //! step that already preempted (memory is tight), as vLLM does. Packing never
 //! changes a row's arithmetic (the forward pass is batch-invariant), only
 //! which step computes it.
@@ -450,7 +451,7 @@ impl Scheduler {
         let root = self.kv.root_hash();
         let seq = self.seqs.get_mut(&id).expect("queued sequences are known");
         let lane = seq.lane;
-        let cached = if self.kv.prefix_caching_enabled() {
+        let cached = if self.kv.prefix_caching_enabled() && !seq.compute_whole_prompt {
             extend_chain(
                 &root,
                 &mut seq.block_hashes,

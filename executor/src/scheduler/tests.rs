@@ -32,6 +32,7 @@ fn spec(id: u64, lane: Lane, tenant: &str, prompt_len: usize, max_new: usize) ->
             .collect(),
         max_new_tokens: max_new,
         ordered_prompt_len: prompt_len,
+        compute_whole_prompt: false,
     }
 }
 

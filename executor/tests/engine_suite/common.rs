@@ -113,6 +113,7 @@ pub fn prompt_logits_in(model: &Model, prompt: &[u32], ordered_prompt_len: usize
         start_pos: 0,
         block_table: &blocks,
         logits: true,
+        score: None,
         prompt_len: ordered_prompt_len,
     };
     model

@@ -10,5 +10,6 @@ mod common;
 mod engine;
 mod inspect;
 mod model_errors;
+mod prompt_scores;
 mod reference_parity;
 mod structured;

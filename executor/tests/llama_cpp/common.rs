@@ -200,6 +200,7 @@ pub fn teacher_forced(model: &Model, tokens: &[u32], scored: &[usize]) -> Vec<Ve
             start_pos: i,
             block_table: &table,
             logits: scored.binary_search(&i).is_ok(),
+            score: None,
             prompt_len: 0,
         })
         .collect();

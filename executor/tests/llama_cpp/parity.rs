@@ -125,6 +125,7 @@ fn greedy(model: &Model, prompts: &[Vec<u32>], n: usize) -> Vec<Vec<u32>> {
                 start_pos: fed[i],
                 block_table: &tables[i],
                 logits: true,
+                score: None,
                 prompt_len: 0,
             })
             .collect();

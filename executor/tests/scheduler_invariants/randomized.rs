@@ -89,6 +89,7 @@ impl Workload {
             lane,
             tenant,
             ordered_prompt_len: prompt.len(),
+            compute_whole_prompt: self.rng.below(8) == 0,
             prompt,
             max_new_tokens,
         }) {

@@ -406,3 +406,37 @@ fn bad_input_gets_typed_errors_and_never_panics() {
         ConfigError::BudgetBelowSeqs { .. }
     ));
 }
+
+#[test]
+fn a_sequence_that_scores_its_prompt_computes_it_whole_and_still_shares_it() {
+    let mut s = Scheduler::new(config()).unwrap();
+    let mut rng = TestRng::new(11);
+    let shared = rng.tokens(256);
+    s.add(spec(1, Lane::Interactive, "t", shared.clone(), 4))
+        .unwrap();
+    while !step(&mut s).chunks.iter().any(|c| c.sample) {}
+    let scoring = SeqSpec {
+        compute_whole_prompt: true,
+        ..spec(2, Lane::Interactive, "t", shared.clone(), 4)
+    };
+    s.add(scoring).unwrap();
+    let hits_before = s.stats().kv.prefix_hits;
+    let plan = step(&mut s);
+    assert_eq!(
+        chunk_of(&plan, 2),
+        Some((0, 256)),
+        "every prompt position is computed, so each has logits"
+    );
+    assert_eq!(s.stats().kv.prefix_hits, hits_before);
+
+    // Preempted, it recomputes from the start rather than from the cache.
+    s.preempt_now(SeqId(2)).unwrap();
+    let plan = step(&mut s);
+    assert_eq!(chunk_of(&plan, 2), Some((0, 257)));
+
+    // The cache still serves a plain request with the same prompt.
+    s.finish(SeqId(1)).unwrap();
+    s.add(spec(3, Lane::Interactive, "t", shared, 4)).unwrap();
+    let plan = step(&mut s);
+    assert_eq!(chunk_of(&plan, 3), Some((240, 16)));
+}

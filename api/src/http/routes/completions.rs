@@ -238,11 +238,29 @@ pub fn completion_body(env: Envelope, c: generate::Collected, tok: &ModelTokeniz
             .choices
             .into_iter()
             .enumerate()
-            .map(|(i, ch)| CompletionChoice {
-                index: i as u32,
-                logprobs: asked.then(|| logprobs::completion(tok, &ch.logprobs, &mut 0)),
-                text: ch.text,
-                finish_reason: Some(ch.reason.as_str().to_string()),
+            .map(|(i, ch)| {
+                let mut offset = 0;
+                let (text, logprobs) = match &c.echo {
+                    None => (
+                        ch.text,
+                        asked.then(|| logprobs::completion(tok, &ch.logprobs, &mut offset)),
+                    ),
+                    Some((echo, scores)) => (
+                        format!("{}{}", echo.text, ch.text),
+                        asked.then(|| {
+                            let prompt =
+                                logprobs::echoed_prompt(tok, &echo.ids, scores, &mut offset);
+                            let out = logprobs::completion(tok, &ch.logprobs, &mut offset);
+                            logprobs::concat(prompt, out)
+                        }),
+                    ),
+                };
+                CompletionChoice {
+                    index: i as u32,
+                    logprobs,
+                    text,
+                    finish_reason: Some(ch.reason.as_str().to_string()),
+                }
             })
             .collect(),
         usage: Some(Some(sse::usage_of(&c.usage))),
