@@ -140,7 +140,8 @@ fn choices_against_separate_requests(engine: &Engine) {
         ..SamplingParams::greedy(OUTPUT_TOKENS)
     };
     let run = |together: bool, salt: usize| -> (f64, f64) {
-        let prompt = long_prompt(engine, 300, 1000 + salt);
+        // A prompt of its own: neither run is served from the other's cache.
+        let prompt = long_prompt(engine, 100, 1000 + salt);
         let started = Instant::now();
         let handles = if together {
             engine
@@ -166,8 +167,8 @@ fn choices_against_separate_requests(engine: &Engine) {
     };
     let (mut together, mut apart) = (Vec::new(), Vec::new());
     for r in 0..ROUNDS {
-        apart.push(run(false, r));
-        together.push(run(true, r));
+        apart.push(run(false, 2 * r));
+        together.push(run(true, 2 * r + 1));
     }
     let med = |v: &[(f64, f64)], f: fn(&(f64, f64)) -> f64| median(v.iter().map(f).collect());
     let (t_ttft, t_tps) = (med(&together, |x| x.0), med(&together, |x| x.1));
@@ -175,7 +176,7 @@ fn choices_against_separate_requests(engine: &Engine) {
     println!("\n## n = {N} against {N} separate requests\n");
     println!(
         "A prompt of {} tokens, {OUTPUT_TOKENS} output tokens per choice, median of {ROUNDS} alternating rounds.\n",
-        long_prompt(engine, 300, 1000).len()
+        long_prompt(engine, 100, 1000).len()
     );
     println!("| | mean TTFT ms | output tok/s |");
     println!("|---|---|---|");
@@ -194,7 +195,7 @@ fn choices_against_separate_requests(engine: &Engine) {
 fn prompt_scoring_against_prefill(engine: &Engine) {
     let run = |top: Option<usize>, salt: usize| -> f64 {
         // A fresh prompt each time, so no run is served from the cache.
-        let prompt = long_prompt(engine, 400, 5000 + salt);
+        let prompt = long_prompt(engine, 150, 5000 + salt);
         let params = SamplingParams {
             prompt_logprobs: top,
             ..SamplingParams::greedy(if top.is_some() { 0 } else { 1 })
@@ -217,7 +218,7 @@ fn prompt_scoring_against_prefill(engine: &Engine) {
     println!("\n## Prompt scoring against a plain prefill\n");
     println!(
         "A fresh prompt of {} tokens each run, one request at a time, median of {ROUNDS} alternating rounds.\n",
-        long_prompt(engine, 400, 5000).len()
+        long_prompt(engine, 150, 5000).len()
     );
     println!("| | ms | ratio |");
     println!("|---|---|---|");
