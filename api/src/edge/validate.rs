@@ -15,6 +15,7 @@ use stoker_schemas::openai::{
     ChatCompletionRequest, CompletionRequest, MessageContent, PromptSpec, StopSpec,
 };
 
+pub use crate::edge::echo::Echo;
 use crate::edge::routing::Target;
 use crate::edge::tools::{self, ToolMode};
 use crate::error::{ApiError, truncate};
@@ -43,17 +44,6 @@ pub struct Prepared {
     pub tools: Option<ToolMode>,
     /// The prompt to put before the output (completions with `echo`).
     pub echo: Option<Echo>,
-}
-
-/// A completion's prompt as `echo` returns it: its text (as given, or the
-/// given token ids decoded) and its token ids.
-#[derive(Clone, Debug)]
-pub struct Echo {
-    pub text: String,
-    pub ids: Vec<u32>,
-    /// Whether the engine scores the prompt for this response's
-    /// `logprobs` (a `PromptLogprobs` event comes before any text).
-    pub scored: bool,
 }
 
 impl Prepared {
@@ -741,20 +731,7 @@ pub fn completion(req: CompletionRequest, tenant: &str, t: &Target) -> Result<Pr
         },
     };
     let echo = echo
-        .then(|| -> Result<Echo, ApiError> {
-            let text = match &req.prompt {
-                PromptSpec::Text(t) => t.clone(),
-                PromptSpec::Texts(v) if v.len() == 1 => v[0].clone(),
-                _ => tok
-                    .decode(&prompt, false)
-                    .map_err(|e| ApiError::Internal(e.to_string()))?,
-            };
-            Ok(Echo {
-                text,
-                ids: prompt.clone(),
-                scored: params.logprobs.is_some(),
-            })
-        })
+        .then(|| Echo::of(&req.prompt, &prompt, tok, params.logprobs.is_some()))
         .transpose()?;
     let mut prepared = finish(
         prompt,
