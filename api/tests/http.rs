@@ -10,6 +10,8 @@
 // Configs are built by adjusting a default, which reads best here.
 #![allow(clippy::field_reassign_with_default)]
 
+#[path = "admin.rs"]
+mod admin;
 #[path = "http/tokenize.rs"]
 mod tokenize;
 

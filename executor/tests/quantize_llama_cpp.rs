@@ -45,7 +45,6 @@ fn manifest_path() -> PathBuf {
 /// A tensor of the source file: its type, its data bytes and `ne[0]` (values per row).
 pub struct Source {
     pub dtype: QDtype,
-    pub ggml: candle_core::quantized::GgmlDType,
     /// candle's order (rows first).
     pub shape: Vec<usize>,
     pub bytes: Vec<u8>,
@@ -108,7 +107,6 @@ pub fn sources_from<R: std::io::Read + std::io::Seek>(
             name.clone(),
             Source {
                 dtype: QDtype::try_from(qt.dtype()).unwrap(),
-                ggml: qt.dtype(),
                 shape: dims.to_vec(),
                 bytes: qt.data().unwrap().into_owned(),
                 cols: *dims.last().unwrap(),

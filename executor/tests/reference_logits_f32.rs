@@ -1,19 +1,44 @@
 //! With every weight dequantized to f32, our last-token logits must agree
-//! with candle-transformers' quantized Llama forward within 1e-3. Kept in its
-//! own test binary because it sets `CANDLE_DEQUANTIZE_ALL` for the process.
+//! with candle-transformers' quantized Llama forward within 1e-3. candle
+//! reads `CANDLE_DEQUANTIZE_ALL` for its whole process, so the test runs
+//! itself again in a child of this binary with the variable set, and the
+//! rest of the suite never sees it.
 
-#[path = "engine_suite/common.rs"]
-mod common;
+use std::process::Command;
 
-use common::*;
+use super::engine_suite::common::*;
 use stoker_executor::model::WeightMode;
 use stoker_executor::{LoadOptions, Model};
 
+/// Set in the child that runs the comparison.
+const CHILD: &str = "STOKER_REFERENCE_F32_CHILD";
+const NAME: &str =
+    "reference_logits_f32::dequantized_f32_logits_agree_with_the_reference_within_1e_3";
+
 #[test]
 fn dequantized_f32_logits_agree_with_the_reference_within_1e_3() {
-    // SAFETY: set before any other thread of this test binary reads the
-    // environment; this binary has a single test.
-    unsafe { std::env::set_var("CANDLE_DEQUANTIZE_ALL", "1") };
+    if std::env::var_os(CHILD).is_none() {
+        let exe = std::env::current_exe().unwrap();
+        let out = Command::new(&exe)
+            .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+            .env(CHILD, "1")
+            .env("CANDLE_DEQUANTIZE_ALL", "1")
+            .output()
+            .unwrap_or_else(|e| panic!("{}: {e}", exe.display()));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        eprintln!("{stderr}");
+        assert!(
+            out.status.success(),
+            "the child failed:\n{stdout}\n{stderr}"
+        );
+        // The filter matched this test and nothing else: the comparison ran.
+        assert!(
+            stdout.contains("1 passed"),
+            "the child ran no test:\n{stdout}"
+        );
+        return;
+    }
     let ours = Model::load(
         &model_path(),
         LoadOptions {

@@ -29,7 +29,7 @@ fn checked_in_event_schemas_match_the_code() {
     assert!(
         stale.is_empty(),
         "{} differ from the event types in schemas/src/events.rs; regenerate with \
-         STOKER_UPDATE_SCHEMAS=1 cargo test --release -p stoker-schemas --test event_schemas \
+         STOKER_UPDATE_SCHEMAS=1 cargo test --release -p stoker-schemas --test schemas \
          and review the diff",
         stale.join(", ")
     );

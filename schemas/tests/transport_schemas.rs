@@ -29,7 +29,7 @@ fn checked_in_transport_schemas_match_the_code() {
     assert!(
         stale.is_empty(),
         "{} differ from schemas/src/transport.rs; regenerate with \
-         STOKER_UPDATE_SCHEMAS=1 cargo test --release -p stoker-schemas --test transport_schemas",
+         STOKER_UPDATE_SCHEMAS=1 cargo test --release -p stoker-schemas --test schemas",
         stale.join(", ")
     );
 }

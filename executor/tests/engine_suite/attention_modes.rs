@@ -2,7 +2,7 @@
 //! reuses from the prefix cache, and that each order's answer does not depend
 //! on what the cache held.
 
-use crate::common::*;
+use super::common::*;
 use stoker_executor::{AttentionOrder, BLOCK_SIZE, EngineConfig};
 
 const REPLY: usize = 40;

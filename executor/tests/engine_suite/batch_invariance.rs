@@ -1,7 +1,7 @@
 //! Batch invariance, exact: a sequence's greedy tokens must not depend on what
 //! shares its steps, nor on being preempted and recomputed.
 
-use crate::common::*;
+use super::common::*;
 use stoker_executor::{EngineConfig, EngineEvent, Lane, SamplingParams};
 
 const NEW_TOKENS: usize = 24;

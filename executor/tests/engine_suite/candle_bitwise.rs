@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::common::model_path;
+use super::common::model_path;
 use candle_core::quantized::{QMatMul, gguf_file};
 use candle_core::{Device, Module, Tensor};
 use stoker_executor::kernels::{QMatrix, matmul};

@@ -4,7 +4,7 @@
 
 use stoker_executor::{BLOCK_SIZE, EngineConfig, FinishReason, Lane, SamplingParams};
 
-use crate::common::*;
+use super::common::*;
 
 #[test]
 fn n_choices_prefill_once_and_each_matches_its_seed_alone() {

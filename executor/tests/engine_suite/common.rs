@@ -1,9 +1,9 @@
 //! Shared helpers for the executor's integration tests: the default model, an
 //! engine on it, chat prompts and requests, greedy generation, and logits from
 //! both our forward pass and candle's quantized Llama (the reference). The engine
-//! suite and `reference_logits_f32` (through `#[path]`) share it, so each test
+//! suite and `reference_logits_f32` share it, so each test
 //! file states what it checks rather than how to set a model up.
-// Each test binary uses a different subset of the helpers.
+// Each test module uses a different subset of the helpers.
 #![allow(dead_code)]
 
 use candle_core::{Device, Tensor};

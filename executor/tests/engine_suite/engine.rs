@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::*;
+use super::common::*;
 use stoker_executor::{
     AttentionOrder, Engine, EngineConfig, EngineError, EngineEvent, FinishReason, Lane,
     SamplingParams,

@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use crate::common::model_path;
+use super::common::model_path;
 use stoker_executor::model::ModelMeta;
 use stoker_executor::{LoadOptions, Model, ModelError};
 use stoker_test_support::{TempDir, temp_dir};

@@ -4,7 +4,7 @@
 //! however often the sequence is preempted, and never served from the
 //! prefix cache (a cached block has no logits).
 
-use crate::common::*;
+use super::common::*;
 use stoker_executor::model::{ForwardChunk, KvStorage, Workspace};
 use stoker_executor::{
     AttentionOrder, BLOCK_SIZE, BlockId, Engine, EngineConfig, EngineEvent, FinishReason, Lane,

@@ -9,7 +9,7 @@ use stoker_executor::{
     EngineConfig, EngineError, FinishReason, Lane, SamplingParams, ValidationError,
 };
 
-use crate::common::*;
+use super::common::*;
 
 fn label_schema() -> Value {
     json!({
