@@ -23,7 +23,9 @@ use crate::scheduler::{
     PerLane, ScheduledChunk, Scheduler, SchedulerConfig, SchedulerError, SeqSpec,
 };
 use crate::stop::{StopMatcher, StopOutcome};
-use crate::structured::{Constraint, Mask};
+use crate::structured::Mask;
+
+use super::masks::MaskAhead;
 
 /// Per-sequence state that is not the scheduler's business.
 struct SeqState {
@@ -69,10 +71,9 @@ pub(super) struct EngineCore {
     sample_scratch: Vec<(f32, u32)>,
     /// A row's logits after the request's bias, penalties and grammar.
     processed_logits: Vec<f32>,
-    /// The grammars of sequences with a response format. Apart from
-    /// [`SeqState`] so a step's masks can be computed while the forward
-    /// pass borrows the rest.
-    constraints: HashMap<SeqId, Constraint>,
+    /// The grammars of sequences with a response format, each next mask
+    /// computed ahead on the mask thread.
+    constraints: MaskAhead,
     /// Sibling choices (`n`) waiting for their first choice's prefill, by
     /// that choice's id.
     parked: HashMap<SeqId, Vec<Parked>>,
@@ -122,7 +123,7 @@ impl EngineCore {
             stats: EngineStats::default(),
             sample_scratch: Vec::new(),
             processed_logits: Vec::new(),
-            constraints: HashMap::new(),
+            constraints: MaskAhead::default(),
             parked: HashMap::new(),
             attention_order: config.attention_order,
         };
@@ -385,28 +386,11 @@ impl EngineCore {
                     .map_or(0, |s| s.ordered_prompt_len()),
             })
             .collect();
-        // The grammar masks of this step's sampled rows depend only on tokens
-        // already sampled, so they are computed beside the forward pass.
-        let constrained: Vec<SeqId> = plan
-            .chunks
-            .iter()
-            .filter(|c| c.sample && self.constraints.contains_key(&c.seq))
-            .map(|c| c.seq)
-            .collect();
-        let (model, kv, ws, constraints) = (
-            &self.model,
-            &mut self.kv,
-            &mut self.ws,
-            &mut self.constraints,
-        );
-        let (result, mut masks) = if constrained.is_empty() {
-            (model.forward_scored(&chunks, kv, ws), HashMap::new())
-        } else {
-            rayon::join(
-                || model.forward_scored(&chunks, kv, ws),
-                || step_masks(constraints, &constrained),
-            )
-        };
+        // The grammar masks of this step's sampled rows are being computed
+        // meanwhile, on the mask thread (`MaskAhead`).
+        let result = self
+            .model
+            .forward_scored(&chunks, &mut self.kv, &mut self.ws);
         drop(chunks);
         let ForwardOutput { logits, scores } = match result {
             Ok(out) => out,
@@ -439,7 +423,7 @@ impl EngineCore {
             .map(|c| c.seq)
             .collect();
         for (seq, row) in sampled.into_iter().zip(logits) {
-            let mask = masks.remove(&seq);
+            let mask = self.constraints.take(seq);
             self.on_logits(seq, &row, mask);
         }
         self.stats.steps_total += 1;
@@ -523,12 +507,13 @@ impl EngineCore {
         };
         s.logit_state.record(tok);
         let mut grammar_done = false;
-        if let Some(c) = self.constraints.get_mut(&seq) {
-            if let Err(e) = c.consume(tok) {
+        match self.constraints.consume(seq, tok) {
+            Some(Err(e)) => {
                 self.fail(seq, EngineError::Internal(format!("grammar: {e}")));
                 return;
             }
-            grammar_done = c.is_finished();
+            Some(Ok(done)) => grammar_done = done,
+            None => {}
         }
         let Some(s) = self.seqs.get_mut(&seq) else {
             return;
@@ -650,7 +635,7 @@ impl EngineCore {
 
     fn finish(&mut self, seq: SeqId, reason: FinishReason) {
         self.release_parked(seq);
-        self.constraints.remove(&seq);
+        self.constraints.remove(seq);
         let Some(s) = self.seqs.remove(&seq) else {
             return;
         };
@@ -681,7 +666,7 @@ impl EngineCore {
 
     fn fail(&mut self, seq: SeqId, err: EngineError) {
         self.release_parked(seq);
-        self.constraints.remove(&seq);
+        self.constraints.remove(seq);
         if let Some(s) = self.seqs.remove(&seq) {
             let _ = self.sched.finish(seq);
             let _ = s.events.send(EngineEvent::Error(err));
@@ -725,16 +710,6 @@ fn score_rows<'a>(
         next: &tokens[from + 1..=to],
         top,
     })
-}
-
-/// The grammar masks of `seqs`, each from its sequence's constraint.
-fn step_masks(
-    constraints: &mut HashMap<SeqId, Constraint>,
-    seqs: &[SeqId],
-) -> HashMap<SeqId, Result<Mask, String>> {
-    seqs.iter()
-        .filter_map(|seq| Some((*seq, constraints.get_mut(seq)?.mask())))
-        .collect()
 }
 
 /// The prefix-cache hash chain is seeded by the model's identity, so blocks of

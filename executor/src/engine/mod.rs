@@ -10,6 +10,7 @@
 
 mod core;
 pub mod events;
+mod masks;
 pub mod stats;
 pub mod step_stats;
 

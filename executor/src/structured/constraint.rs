@@ -31,11 +31,23 @@ impl Mask {
     /// Sets every forbidden token's logit to minus infinity (ids past the
     /// vocabulary too).
     pub fn apply(&self, row: &mut [f32]) {
-        for (id, x) in row.iter_mut().enumerate() {
-            if !self.allows(id as u32) {
-                *x = f32::NEG_INFINITY;
+        // A word of the bitset at a time: grammars mostly allow or forbid
+        // whole runs of the vocabulary.
+        let (inside, past) = row.split_at_mut(self.0.len().min(row.len()));
+        for (chunk, &word) in inside.chunks_mut(32).zip(self.0.as_slice()) {
+            match word {
+                u32::MAX => {}
+                0 => chunk.fill(f32::NEG_INFINITY),
+                _ => {
+                    for (bit, x) in chunk.iter_mut().enumerate() {
+                        if word & (1 << bit) == 0 {
+                            *x = f32::NEG_INFINITY;
+                        }
+                    }
+                }
             }
         }
+        past.fill(f32::NEG_INFINITY);
     }
 
     /// How many tokens the mask allows.
@@ -74,5 +86,35 @@ impl Constraint {
     /// sequence ends here as if at a stop token.
     pub fn is_finished(&self) -> bool {
         self.matcher.is_stopped()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn apply_forbids_exactly_what_the_mask_does_not_allow() {
+        // Whole words allowed, whole words forbidden, mixed words, a partial
+        // last word, and a row longer than the vocabulary.
+        let size = 32 * 5 + 7;
+        let mut vob = SimpleVob::alloc(size);
+        vob.allow_range(32..=63);
+        for t in [0, 5, 31, 70, 101, 160, 166] {
+            vob.allow_token(t);
+        }
+        let mask = Mask(vob);
+        for row_len in [size, size + 40, 100] {
+            let mut row: Vec<f32> = (0..row_len).map(|i| i as f32).collect();
+            mask.apply(&mut row);
+            for (id, x) in row.iter().enumerate() {
+                let allowed = mask.allows(id as u32);
+                assert_eq!(x.is_finite(), allowed, "token {id}");
+                if allowed {
+                    assert_eq!(*x, id as f32);
+                }
+            }
+        }
+        assert_eq!(mask.count(), 32 + 7);
     }
 }
