@@ -74,9 +74,14 @@ async fn stoker_batch_cli_submits_waits_and_downloads() {
     let server = Server::start("batch-cli", ServerOptions::default()).await;
     let model = server.model_id(None).await;
     let input = server.dir.join("prompts.jsonl");
-    let lines: Vec<Value> = (0..6)
+    let mut lines: Vec<Value> = (0..6)
         .map(|i| completion_line(&format!("cli-{i}"), &model, PROMPTS[i], 4))
         .collect();
+    // A scoring row: the prompt's own log probabilities, nothing generated.
+    let scoring = json!({"echo": true, "max_tokens": 0, "logprobs": 2});
+    for (k, v) in scoring.as_object().unwrap() {
+        lines[5]["body"][k] = v.clone();
+    }
     std::fs::write(&input, jsonl(&lines)).unwrap();
     let input = input.to_str().unwrap();
 
@@ -135,14 +140,42 @@ async fn stoker_batch_cli_submits_waits_and_downloads() {
     .await;
     assert_eq!(code, 0);
     let written = std::fs::read_to_string(&out_path).unwrap();
-    let got: HashSet<String> = written
+    let parsed: Vec<Value> = written
         .lines()
-        .map(|l| {
-            let v: Value = serde_json::from_str(l).unwrap();
-            v["custom_id"].as_str().unwrap().to_owned()
-        })
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let got: HashSet<String> = parsed
+        .iter()
+        .map(|v| v["custom_id"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(got.len(), 6, "output: {written}");
+    // The scoring row: its text is the prompt, every token after the first
+    // scored with its top 2, the first null as in OpenAI's legacy shape.
+    let scored = parsed.iter().find(|v| v["custom_id"] == "cli-5").unwrap();
+    let body = &scored["response"]["body"];
+    let choice = &body["choices"][0];
+    assert_eq!(choice["text"], PROMPTS[5], "{scored}");
+    assert_eq!(choice["finish_reason"], "length", "{scored}");
+    assert_eq!(body["usage"]["completion_tokens"], 0, "{scored}");
+    let lp = &choice["logprobs"];
+    let tokens = lp["tokens"].as_array().unwrap();
+    assert_eq!(
+        tokens.len() as u64,
+        body["usage"]["prompt_tokens"].as_u64().unwrap()
+    );
+    let joined: String = tokens.iter().map(|t| t.as_str().unwrap()).collect();
+    assert_eq!(joined, PROMPTS[5]);
+    let scores = lp["token_logprobs"].as_array().unwrap();
+    assert!(
+        scores[0].is_null() && lp["top_logprobs"][0].is_null(),
+        "{lp}"
+    );
+    for (k, s) in scores.iter().enumerate().skip(1) {
+        assert!(s.as_f64().is_some_and(|x| x <= 0.0), "token {k}: {lp}");
+        // Two tokens that spell the same text share one key.
+        let top = lp["top_logprobs"][k].as_object().map_or(0, |m| m.len());
+        assert!((1..=2).contains(&top), "token {k}: {lp}");
+    }
     assert_eq!(std::fs::read_to_string(&err_path).unwrap(), "");
     let (code, stdout, _) = cli(&server, &["download", &id]).await;
     assert_eq!((code, stdout.as_str()), (0, written.as_str()));
