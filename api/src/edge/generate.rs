@@ -243,7 +243,10 @@ impl Running {
             };
             let step = match ev {
                 Ok(EngineEvent::Started { .. }) => continue,
-                Ok(EngineEvent::PromptLogprobs(p)) => Step::Prompt(p),
+                // The prompt is scored once, by the first choice; a sibling's
+                // copy (were an engine to send one) is not a second score.
+                Ok(EngineEvent::PromptLogprobs(p)) if index == 0 => Step::Prompt(p),
+                Ok(EngineEvent::PromptLogprobs(_)) => continue,
                 Ok(EngineEvent::Delta { text, logprobs, .. })
                     if text.is_empty() && logprobs.is_empty() =>
                 {
