@@ -56,6 +56,8 @@ pub struct RevisionSpec {
     pub model_sha256: String,
     pub tokenizer_hash: String,
     pub chat_template_hash: String,
+    /// Where the chat template came from (the model file, `--chat-template`).
+    pub chat_template_origin: Option<String>,
     pub precision: String,
     pub runtime_version: String,
 }
@@ -211,6 +213,7 @@ impl ControlPlane {
             model_sha256: spec.model_sha256,
             tokenizer_hash: spec.tokenizer_hash,
             chat_template_hash: spec.chat_template_hash,
+            chat_template_origin: spec.chat_template_origin,
             precision: spec.precision,
             runtime_version: spec.runtime_version,
             artifact,

@@ -44,6 +44,7 @@ fn spec(rev: &str, sha: &str) -> RevisionSpec {
         model_sha256: sha.into(),
         tokenizer_hash: String::new(),
         chat_template_hash: String::new(),
+        chat_template_origin: None,
         precision: "q4_1".into(),
         runtime_version: "test".into(),
     }

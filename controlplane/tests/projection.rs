@@ -42,6 +42,7 @@ pub fn spec(dep: &str, rev: &str, sha: &str) -> RevisionSpec {
         model_sha256: sha.into(),
         tokenizer_hash: "t".repeat(64),
         chat_template_hash: "c".repeat(64),
+        chat_template_origin: Some("the model file's template".into()),
         precision: "q4_1".into(),
         runtime_version: "test".into(),
     }

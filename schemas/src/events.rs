@@ -279,6 +279,11 @@ pub struct RevisionRegistered {
     pub model_sha256: String,
     pub tokenizer_hash: String,
     pub chat_template_hash: String,
+    /// Where the chat template came from: the model file's own, or the file
+    /// an operator gave with `--chat-template` (`chat_template` in the
+    /// config). Absent in events recorded before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chat_template_origin: Option<String>,
     pub precision: String,
     pub runtime_version: String,
 }

@@ -134,6 +134,7 @@ fn revision_events() -> Vec<RevisionEvent> {
             model_sha256: "ab".repeat(32),
             tokenizer_hash: "t1".into(),
             chat_template_hash: "c1".into(),
+            chat_template_origin: Some("--chat-template tools.jinja".into()),
             precision: "q4_1".into(),
             runtime_version: "0.1.0".into(),
         }
@@ -342,6 +343,32 @@ fn omitted_optional_fields_take_their_defaults() {
     limits.as_object_mut().unwrap().remove("scheduler_policy");
     let limits: DeploymentLimits = serde_json::from_value(limits).unwrap();
     assert_eq!(limits.scheduler_policy, SchedulerPolicy::InteractiveFirst);
+
+    // A revision recorded before the template's origin was kept.
+    let ev = RevisionEvent::from_parts(
+        "RevisionRegistered",
+        json!({
+            "deployment_id": "chat",
+            "revision_id": "b",
+            "model_uri": "file:///models/b.gguf",
+            "model_sha256": "ab".repeat(32),
+            "tokenizer_hash": "t1",
+            "chat_template_hash": "c1",
+            "precision": "q4_1",
+            "runtime_version": "0.1.0"
+        }),
+    )
+    .unwrap();
+    let RevisionEvent::RevisionRegistered(r) = ev;
+    assert_eq!(r.chat_template_origin, None);
+    assert!(
+        !serde_json::to_value(&r)
+            .unwrap()
+            .as_object()
+            .unwrap()
+            .contains_key("chat_template_origin"),
+        "an absent origin is not written"
+    );
 }
 
 #[test]

@@ -7,19 +7,20 @@ use std::time::Duration;
 
 use anyhow::Context;
 use stoker_controlplane::domain::{ArtifactCheck, ExecutorCommand};
-use stoker_controlplane::projection::{ExecutorStatus, Views};
+use stoker_controlplane::projection::{ExecutorStatus, RevisionView, Views};
 use stoker_controlplane::service::{RevisionSpec, meta};
-use stoker_schemas::ids::{ExecutorId, RevisionId};
+use stoker_schemas::ids::{DeploymentId, ExecutorId, RevisionId};
 
-use crate::backend::default_revision_id;
+use crate::backend::{Served, default_revision_id};
 use crate::control::{Control, SYSTEM_ACTOR, default_limits, file_uri, path_of, runtime_version};
 use crate::edge::artifacts::load_artifact;
 use crate::state::AppState;
 
 /// First start: records the default deployment and registers the primary
-/// model as its revision. Later starts find both and record nothing. When the
-/// deployment serves another revision whose artifact is a file here, that
-/// artifact is loaded too, so a restart keeps serving what the events say.
+/// model as its revision. Later starts find both and record nothing, unless
+/// the model is now served under another chat template ([`record_primary`]).
+/// When the deployment serves another revision whose artifact is a file here,
+/// that artifact is loaded too, so a restart keeps serving what the events say.
 pub async fn bootstrap(state: &AppState, c: &Control) -> anyhow::Result<()> {
     let primary = state.served().context("the primary model is not loaded")?;
     let dep = c.deployment_id.clone();
@@ -29,23 +30,7 @@ pub async fn bootstrap(state: &AppState, c: &Control) -> anyhow::Result<()> {
         let limits = default_limits(&state.config, &primary.limits);
         c.cp.create_deployment(&dep, limits, &m).await?;
     }
-    let sha = primary.provenance.sha256.clone();
-    let has_primary = views.revisions_of(&dep).any(|r| r.model_sha256 == sha);
-    if !has_primary {
-        let info = primary.artifact.info();
-        let spec = RevisionSpec {
-            deployment_id: dep.clone(),
-            revision_id: revision_id(state, &sha)?,
-            model_uri: file_uri(&state.config.model),
-            model_sha256: sha.clone(),
-            tokenizer_hash: info.identity.tokenizer_sha256.clone(),
-            chat_template_hash: info.identity.chat_template_sha256.clone(),
-            precision: info.identity.precision.clone(),
-            runtime_version: runtime_version(),
-        };
-        c.cp.register_revision(spec, ArtifactCheck::Verified { sha256: sha }, &m)
-            .await?;
-    }
+    record_primary(state, c, primary, &views).await?;
     // Load what the events route to but this process has not loaded yet.
     let views = c.cp.views().await;
     // An API instance in the distributed mode loads no engines: executors do.
@@ -108,17 +93,128 @@ fn needed_revisions(v: &Views) -> Vec<(String, String)> {
     out
 }
 
-/// The primary model's revision id: `control.revision`, else the first 12
-/// hex digits of its sha256.
-fn revision_id(state: &AppState, sha: &str) -> anyhow::Result<RevisionId> {
-    let configured = &state.config.control.revision;
-    if configured.is_empty() {
-        Ok(default_revision_id(sha).parse()?)
-    } else {
-        configured
-            .parse()
-            .with_context(|| format!("control.revision {configured:?}"))
+/// Records the primary model as a revision of the default deployment unless
+/// one already names it. A revision is the file and what shapes its text: the
+/// same file under another chat template (`--chat-template`) or tokenizer is
+/// another revision, so provenance never names a template that is not served.
+/// When the deployment's serving revision is this same file under another
+/// template, it is moved to the one this process serves (not during a
+/// rollout: the rollout decides).
+async fn record_primary(
+    state: &AppState,
+    c: &Control,
+    primary: &Served,
+    views: &Views,
+) -> anyhow::Result<()> {
+    let dep = &c.deployment_id;
+    let ident = &primary.artifact.info().identity;
+    let sha = &primary.provenance.sha256;
+    let origin = primary.artifact.chat_template().origin().to_owned();
+    let same_file = |r: &RevisionView| r.model_sha256 == *sha;
+    let same = |r: &RevisionView| {
+        same_file(r)
+            && r.tokenizer_hash == ident.tokenizer_sha256
+            && r.chat_template_hash == ident.chat_template_sha256
+    };
+    let known = views
+        .revisions_of(dep)
+        .filter(|r| same(r))
+        .max_by_key(|r| r.registered_at)
+        .map(|r| r.revision_id.clone());
+    let first = views.revisions_of(dep).next().is_none();
+    let revision = match known {
+        Some(r) => r,
+        None => {
+            let revision_id = revision_id(state, views, dep, sha, &ident.chat_template_sha256)?;
+            let reason = if first {
+                "first start of stoker serve".to_owned()
+            } else {
+                format!("stoker serve started with {origin}")
+            };
+            let spec = RevisionSpec {
+                deployment_id: dep.clone(),
+                revision_id: revision_id.clone(),
+                model_uri: file_uri(&state.config.model),
+                model_sha256: sha.clone(),
+                tokenizer_hash: ident.tokenizer_sha256.clone(),
+                chat_template_hash: ident.chat_template_sha256.clone(),
+                chat_template_origin: Some(origin.clone()),
+                precision: ident.precision.clone(),
+                runtime_version: runtime_version(),
+            };
+            let check = ArtifactCheck::Verified {
+                sha256: sha.clone(),
+            };
+            c.cp.register_revision(spec, check, &meta(SYSTEM_ACTOR, Some(reason)))
+                .await?;
+            revision_id
+        }
+    };
+    let views = c.cp.views().await;
+    let Some(d) = views.deployments.get(dep.as_str()) else {
+        return Ok(());
+    };
+    let serving = d
+        .serving_revision
+        .as_ref()
+        .and_then(|s| views.revisions.get(&Views::revision_key(dep, s)));
+    let stale = serving.is_some_and(|s| same_file(s) && !same(s));
+    if stale && d.active_rollout.is_none() {
+        let reason = format!(
+            "stoker serve started with {origin} (template sha256 {})",
+            &ident.chat_template_sha256[..ident.chat_template_sha256.len().min(12)]
+        );
+        c.cp.set_serving_revision(dep, &revision, &meta(SYSTEM_ACTOR, Some(reason)))
+            .await?;
+    } else if stale {
+        tracing::warn!(
+            deployment = %dep,
+            "the serving revision names another chat template than this process serves; \
+             a rollout is in progress, so it is left to the rollout"
+        );
     }
+    Ok(())
+}
+
+/// The id a newly recorded primary revision gets: `control.revision`, else
+/// the first 12 hex digits of its sha256, or, when that id is taken by the
+/// same file under another template, those digits and the template's first 8.
+fn revision_id(
+    state: &AppState,
+    views: &Views,
+    dep: &DeploymentId,
+    sha: &str,
+    template_sha: &str,
+) -> anyhow::Result<RevisionId> {
+    let configured = &state.config.control.revision;
+    let id = if configured.is_empty() {
+        let plain = default_revision_id(sha);
+        if views
+            .revisions
+            .contains_key(&Views::revision_key(dep, &plain))
+        {
+            let t: String = template_sha.chars().take(8).collect();
+            format!("{plain}-{t}")
+        } else {
+            plain
+        }
+    } else {
+        configured.clone()
+    };
+    if let Some(r) = views.revisions.get(&Views::revision_key(dep, &id)) {
+        anyhow::bail!(
+            "revision {id} of deployment {dep} is recorded with chat template sha256 {} ({}), \
+             tokenizer sha256 {}; this start serves template sha256 {template_sha}: \
+             set control.revision to a new id",
+            r.chat_template_hash,
+            r.chat_template_origin
+                .as_deref()
+                .unwrap_or("origin not recorded"),
+            r.tokenizer_hash,
+        );
+    }
+    id.parse()
+        .with_context(|| format!("revision id {id:?} (control.revision)"))
 }
 
 /// This process's executor id, from `executor_id` in its config.

@@ -32,6 +32,7 @@ pub enum RevisionCommand {
         model_sha256: String,
         tokenizer_hash: String,
         chat_template_hash: String,
+        chat_template_origin: Option<String>,
         precision: String,
         runtime_version: String,
         artifact: ArtifactCheck,
@@ -50,6 +51,8 @@ pub struct RegisteredRevision {
     pub model_sha256: String,
     pub tokenizer_hash: String,
     pub chat_template_hash: String,
+    /// Where the template came from (the model file, `--chat-template FILE`).
+    pub chat_template_origin: Option<String>,
     pub precision: String,
     pub runtime_version: String,
 }
@@ -88,6 +91,7 @@ impl Aggregate for Revision {
             model_sha256,
             tokenizer_hash,
             chat_template_hash,
+            chat_template_origin,
             precision,
             runtime_version,
             artifact,
@@ -139,6 +143,7 @@ impl Aggregate for Revision {
                 model_sha256: model_sha256.to_ascii_lowercase(),
                 tokenizer_hash,
                 chat_template_hash,
+                chat_template_origin,
                 precision,
                 runtime_version,
             }
@@ -155,6 +160,7 @@ impl Aggregate for Revision {
             model_sha256: e.model_sha256.clone(),
             tokenizer_hash: e.tokenizer_hash.clone(),
             chat_template_hash: e.chat_template_hash.clone(),
+            chat_template_origin: e.chat_template_origin.clone(),
             precision: e.precision.clone(),
             runtime_version: e.runtime_version.clone(),
         });

@@ -75,6 +75,11 @@ pub struct RevisionView {
     pub model_sha256: String,
     pub tokenizer_hash: String,
     pub chat_template_hash: String,
+    /// Where the chat template came from: the model file's own, or the file
+    /// given with `--chat-template`; `null` for revisions recorded before
+    /// the origin was kept.
+    #[serde(default)]
+    pub chat_template_origin: Option<String>,
     pub precision: String,
     pub runtime_version: String,
     pub registered_at: DateTime<Utc>,
@@ -358,6 +363,7 @@ impl Views {
                 model_sha256: r.model_sha256,
                 tokenizer_hash: r.tokenizer_hash,
                 chat_template_hash: r.chat_template_hash,
+                chat_template_origin: r.chat_template_origin,
                 precision: r.precision,
                 runtime_version: r.runtime_version,
                 registered_at: ev.recorded_at,

@@ -22,6 +22,7 @@ fn register(
         model_sha256: sha(),
         tokenizer_hash: "tok1".into(),
         chat_template_hash: "tpl1".into(),
+        chat_template_origin: Some("--chat-template tools.jinja".into()),
         precision: "q4_1".into(),
         runtime_version: "0.1.0".into(),
         artifact,
@@ -41,6 +42,7 @@ fn registered() -> RevisionEvent {
         model_sha256: sha(),
         tokenizer_hash: "tok1".into(),
         chat_template_hash: "tpl1".into(),
+        chat_template_origin: Some("--chat-template tools.jinja".into()),
         precision: "q4_1".into(),
         runtime_version: "0.1.0".into(),
     }
@@ -155,6 +157,7 @@ fn revision_ids_are_checked() {
                 model_sha256: sha(),
                 tokenizer_hash: "tok1".into(),
                 chat_template_hash: "tpl1".into(),
+                chat_template_origin: Some("--chat-template tools.jinja".into()),
                 precision: "q4_1".into(),
                 runtime_version: "0.1.0".into(),
             }

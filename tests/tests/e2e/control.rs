@@ -452,3 +452,158 @@ async fn canary_split_request_log_rollback_and_audit_survive_a_restart() {
     drop(admin);
     drop(server);
 }
+
+/// `x-stoker-revision` and `x-stoker-template-sha256` of one chat request.
+async fn served_by(server: &Server, model: &str) -> (String, String) {
+    let resp = http()
+        .post(server.url("/v1/chat/completions"))
+        .bearer_auth(APP_KEY)
+        .json(&json!({
+            "model": model,
+            "messages": [{"role": "user", "content": "Say hi."}],
+            "max_tokens": 1,
+        }))
+        .send()
+        .await
+        .expect("chat request");
+    assert_eq!(resp.status().as_u16(), 200, "{}", server.stderr_tail(3000));
+    let h = |k: &str| {
+        resp.headers()
+            .get(k)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    (h("x-stoker-revision"), h("x-stoker-template-sha256"))
+}
+
+/// A restart under another chat template (`--chat-template`) is another
+/// revision of the same file: recorded with the template's hash and origin,
+/// made the serving one with an audited reason, and named by the response
+/// headers. A restart under the same template records nothing; one without it
+/// routes back to the first revision, which was kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_template_override_is_recorded_as_a_revision_of_its_own() {
+    let template = stoker_test_support::repo_root()
+        .join("models/llama.cpp/templates/NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja");
+    assert!(
+        template.is_file(),
+        "{} is missing: run scripts/fetch-llama-cpp-data.sh",
+        template.display()
+    );
+    let out = std::process::Command::new("sha256sum")
+        .arg(&template)
+        .output()
+        .expect("run sha256sum");
+    let file_sha = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .expect("sha256sum prints a digest")
+        .to_owned();
+    let data = fresh_dir("control-template-data");
+    let plain = || ServerOptions::default().config(KEYS).data_dir(data.path());
+    let overridden = || {
+        plain()
+            .arg("--chat-template")
+            .arg(template.to_string_lossy().into_owned())
+    };
+
+    // First start: the model file's own template.
+    let server = Server::start("control-template-1", plain()).await;
+    let dep = server.model_id(Some(OPS_KEY)).await;
+    let admin = Admin {
+        server: &server,
+        client: http(),
+    };
+    let d = admin
+        .ok("GET", &format!("/admin/v1/deployments/{dep}"), None)
+        .await;
+    let revs = d["revisions"].as_array().unwrap().clone();
+    assert_eq!(revs.len(), 1, "{d}");
+    let first = revs[0]["revision_id"].as_str().unwrap().to_owned();
+    let own_sha = revs[0]["chat_template_hash"].as_str().unwrap().to_owned();
+    assert_eq!(revs[0]["chat_template_origin"], "the model file's template");
+    assert_ne!(own_sha, file_sha);
+    assert_eq!(
+        served_by(&server, &dep).await,
+        (first.clone(), own_sha.clone())
+    );
+    drop(admin);
+    drop(server);
+
+    // Restart under the Hermes template: a second revision, now serving.
+    let server = Server::start("control-template-2", overridden()).await;
+    let admin = Admin {
+        server: &server,
+        client: http(),
+    };
+    let d = admin
+        .ok("GET", &format!("/admin/v1/deployments/{dep}"), None)
+        .await;
+    let revs = d["revisions"].as_array().unwrap().clone();
+    assert_eq!(revs.len(), 2, "{d}");
+    let second = revs
+        .iter()
+        .find(|r| r["revision_id"] != first.as_str())
+        .expect("a second revision");
+    let second_id = second["revision_id"].as_str().unwrap().to_owned();
+    assert!(second_id.starts_with(&first), "{second_id} extends {first}");
+    assert_eq!(second["chat_template_hash"], file_sha.as_str());
+    assert_eq!(
+        second["chat_template_origin"],
+        "--chat-template NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja"
+    );
+    assert_eq!(second["model_sha256"], revs[0]["model_sha256"]);
+    assert_eq!(d["serving_revision"], second_id.as_str());
+    assert_eq!(
+        served_by(&server, &dep).await,
+        (second_id.clone(), file_sha.clone())
+    );
+    let audit = trail(&admin.audit(&dep).await);
+    let moved = audit
+        .iter()
+        .filter(|(_, actor, reason)| {
+            actor == "stoker-serve"
+                && reason.as_deref().is_some_and(|r| {
+                    r.starts_with("stoker serve started with --chat-template")
+                        && r.contains(&file_sha[..12])
+                })
+        })
+        .count();
+    assert_eq!(moved, 1, "{audit:?}");
+    // Every start also registers its executor (and finds the killed one
+    // lost); what a start decides about revisions is the rest.
+    let revision_events = |t: &[(String, String, Option<String>)]| {
+        t.iter().filter(|e| !e.0.starts_with("Executor")).count()
+    };
+    let events_before = revision_events(&audit);
+    drop(admin);
+    drop(server);
+
+    // The same template again: nothing new is recorded.
+    let server = Server::start("control-template-3", overridden()).await;
+    let admin = Admin {
+        server: &server,
+        client: http(),
+    };
+    let again = trail(&admin.audit(&dep).await);
+    assert_eq!(revision_events(&again), events_before, "{again:?}");
+    assert_eq!(served_by(&server, &dep).await.0, second_id);
+    drop(admin);
+    drop(server);
+
+    // Without it: back to the first revision, no third one.
+    let server = Server::start("control-template-4", plain()).await;
+    let admin = Admin {
+        server: &server,
+        client: http(),
+    };
+    let d = admin
+        .ok("GET", &format!("/admin/v1/deployments/{dep}"), None)
+        .await;
+    assert_eq!(d["revisions"].as_array().unwrap().len(), 2, "{d}");
+    assert_eq!(d["serving_revision"], first.as_str());
+    assert_eq!(served_by(&server, &dep).await, (first, own_sha));
+    drop(admin);
+    drop(server);
+}

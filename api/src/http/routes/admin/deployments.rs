@@ -285,6 +285,7 @@ pub async fn register_revision(
         model_sha256: sha.clone(),
         tokenizer_hash: String::new(),
         chat_template_hash: String::new(),
+        chat_template_origin: None,
         precision: String::new(),
         runtime_version: runtime_version(),
     };
@@ -297,6 +298,7 @@ pub async fn register_revision(
         let ident = &served.artifact.info().identity;
         spec.tokenizer_hash = ident.tokenizer_sha256.clone();
         spec.chat_template_hash = ident.chat_template_sha256.clone();
+        spec.chat_template_origin = Some(served.artifact.chat_template().origin().to_owned());
         spec.precision = ident.precision.clone();
     }
     let events = admin
