@@ -26,16 +26,7 @@ mkdir -p "$OUT"
 "$ROOT/scripts/fetch-broker.sh" >/dev/null
 [ -x "$STOKER" ] || cargo build --release --locked -p stoker --bin stoker
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_up() { # URL PID
-    for _ in $(seq 1 600); do
-        if curl -fsS "$1" >/dev/null 2>&1; then return 0; fi
-        kill -0 "$2" 2>/dev/null || { echo "process exited; see its log" >&2; return 1; }
-        sleep 0.2
-    done
-    echo "not ready: $1" >&2
-    return 1
-}
+. "$ROOT/scripts/lib/servers.sh"
 
 DATA="$(mktemp -d)"
 DB="stoker_bench_$$"

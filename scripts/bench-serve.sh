@@ -30,16 +30,7 @@ WORKLOAD=(--tokenizer "$MODEL" --input 128 --output 64 --ignore-eos --seed 1
     --concurrency 1 --requests "$REQUESTS" --sweep --sweep-levels "$LEVELS"
     --slo-ttft-ms "${SLO_TTFT_MS:-1000}" --slo-tpot-ms "${SLO_TPOT_MS:-100}" --quiet)
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_up() { # URL PID
-    for _ in $(seq 1 600); do
-        if curl -fsS "$1" >/dev/null 2>&1; then return 0; fi
-        kill -0 "$2" 2>/dev/null || { echo "server exited" >&2; return 1; }
-        sleep 0.2
-    done
-    echo "server not ready: $1" >&2
-    return 1
-}
+. "$ROOT/scripts/lib/servers.sh"
 
 DATA="$(mktemp -d)"
 trap 'kill $SPID $LPID 2>/dev/null || true; rm -rf "$DATA"' EXIT

@@ -8,7 +8,9 @@ use std::collections::{BTreeMap, HashMap};
 use serde_json::{Value, json};
 use stoker_controlplane::routing::{RolloutRoute, route};
 
-use crate::harness::{Server, ServerOptions, fresh_dir, http};
+use crate::harness::{
+    HERMES_TOOL_TEMPLATE, Server, ServerOptions, fresh_dir, hermes_tool_template, http,
+};
 
 const OPS_KEY: &str = "sk-ops-alice-0001";
 const APP_KEY: &str = "sk-app-acme-0001";
@@ -35,7 +37,14 @@ struct Admin<'a> {
     client: reqwest::Client,
 }
 
-impl Admin<'_> {
+impl<'a> Admin<'a> {
+    fn new(server: &'a Server) -> Self {
+        Admin {
+            server,
+            client: http(),
+        }
+    }
+
     async fn call(&self, method: &str, path: &str, body: Option<Value>, key: &str) -> (u16, Value) {
         let url = self.server.url(path);
         let req = match method {
@@ -63,6 +72,12 @@ impl Admin<'_> {
             self.server.stderr_tail(3000)
         );
         v
+    }
+
+    /// `GET /admin/v1/deployments/{id}`.
+    async fn deployment(&self, id: &str) -> Value {
+        self.ok("GET", &format!("/admin/v1/deployments/{id}"), None)
+            .await
     }
 
     /// Every audit event of a deployment, following cursors with small pages.
@@ -131,10 +146,7 @@ async fn canary_split_request_log_rollback_and_audit_survive_a_restart() {
     let data = fresh_dir("control-data");
     let opts = || ServerOptions::default().config(KEYS).data_dir(data.path());
     let server = Server::start("control", opts()).await;
-    let admin = Admin {
-        server: &server,
-        client: http(),
-    };
+    let admin = Admin::new(&server);
 
     // The primary model's hash, as the server reports it.
     let models = admin.ok("GET", "/v1/models", None).await;
@@ -392,10 +404,7 @@ async fn canary_split_request_log_rollback_and_audit_survive_a_restart() {
     drop(admin);
     drop(server);
     let server = Server::start("control-restart", opts()).await;
-    let admin = Admin {
-        server: &server,
-        client: http(),
-    };
+    let admin = Admin::new(&server);
     assert_eq!(admin.audit("canary").await, events);
     let d = admin.ok("GET", "/admin/v1/deployments/canary", None).await;
     assert_eq!(d["serving_revision"], "a");
@@ -484,13 +493,7 @@ async fn served_by(server: &Server, model: &str) -> (String, String) {
 /// routes back to the first revision, which was kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chat_template_override_is_recorded_as_a_revision_of_its_own() {
-    let template = stoker_test_support::repo_root()
-        .join("models/llama.cpp/templates/NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja");
-    assert!(
-        template.is_file(),
-        "{} is missing: run scripts/fetch-llama-cpp-data.sh",
-        template.display()
-    );
+    let template = hermes_tool_template();
     let out = std::process::Command::new("sha256sum")
         .arg(&template)
         .output()
@@ -511,13 +514,8 @@ async fn a_chat_template_override_is_recorded_as_a_revision_of_its_own() {
     // First start: the model file's own template.
     let server = Server::start("control-template-1", plain()).await;
     let dep = server.model_id(Some(OPS_KEY)).await;
-    let admin = Admin {
-        server: &server,
-        client: http(),
-    };
-    let d = admin
-        .ok("GET", &format!("/admin/v1/deployments/{dep}"), None)
-        .await;
+    let admin = Admin::new(&server);
+    let d = admin.deployment(&dep).await;
     let revs = d["revisions"].as_array().unwrap().clone();
     assert_eq!(revs.len(), 1, "{d}");
     let first = revs[0]["revision_id"].as_str().unwrap().to_owned();
@@ -533,13 +531,8 @@ async fn a_chat_template_override_is_recorded_as_a_revision_of_its_own() {
 
     // Restart under the Hermes template: a second revision, now serving.
     let server = Server::start("control-template-2", overridden()).await;
-    let admin = Admin {
-        server: &server,
-        client: http(),
-    };
-    let d = admin
-        .ok("GET", &format!("/admin/v1/deployments/{dep}"), None)
-        .await;
+    let admin = Admin::new(&server);
+    let d = admin.deployment(&dep).await;
     let revs = d["revisions"].as_array().unwrap().clone();
     assert_eq!(revs.len(), 2, "{d}");
     let second = revs
@@ -551,7 +544,7 @@ async fn a_chat_template_override_is_recorded_as_a_revision_of_its_own() {
     assert_eq!(second["chat_template_hash"], file_sha.as_str());
     assert_eq!(
         second["chat_template_origin"],
-        "--chat-template NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja"
+        format!("--chat-template {HERMES_TOOL_TEMPLATE}").as_str()
     );
     assert_eq!(second["model_sha256"], revs[0]["model_sha256"]);
     assert_eq!(d["serving_revision"], second_id.as_str());
@@ -582,10 +575,7 @@ async fn a_chat_template_override_is_recorded_as_a_revision_of_its_own() {
 
     // The same template again: nothing new is recorded.
     let server = Server::start("control-template-3", overridden()).await;
-    let admin = Admin {
-        server: &server,
-        client: http(),
-    };
+    let admin = Admin::new(&server);
     let again = trail(&admin.audit(&dep).await);
     assert_eq!(revision_events(&again), events_before, "{again:?}");
     assert_eq!(served_by(&server, &dep).await.0, second_id);
@@ -594,13 +584,8 @@ async fn a_chat_template_override_is_recorded_as_a_revision_of_its_own() {
 
     // Without it: back to the first revision, no third one.
     let server = Server::start("control-template-4", plain()).await;
-    let admin = Admin {
-        server: &server,
-        client: http(),
-    };
-    let d = admin
-        .ok("GET", &format!("/admin/v1/deployments/{dep}"), None)
-        .await;
+    let admin = Admin::new(&server);
+    let d = admin.deployment(&dep).await;
     assert_eq!(d["revisions"].as_array().unwrap().len(), 2, "{d}");
     assert_eq!(d["serving_revision"], first.as_str());
     assert_eq!(served_by(&server, &dep).await, (first, own_sha));

@@ -38,6 +38,23 @@ pub fn stoker_bin() -> PathBuf {
     bin
 }
 
+/// The file name of llama.cpp's Hermes 2 Pro tool-use template, the one the
+/// tests serve SmolLM2 under (`--chat-template`).
+pub const HERMES_TOOL_TEMPLATE: &str = "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja";
+
+/// Where [`HERMES_TOOL_TEMPLATE`] lies; fails with the fix when it is missing.
+pub fn hermes_tool_template() -> PathBuf {
+    let path = repo_root()
+        .join("models/llama.cpp/templates")
+        .join(HERMES_TOOL_TEMPLATE);
+    assert!(
+        path.is_file(),
+        "{} is missing: run scripts/fetch-llama-cpp-data.sh",
+        path.display()
+    );
+    path
+}
+
 /// A fresh, empty folder under the system temp dir, removed when dropped.
 pub fn fresh_dir(name: &str) -> TempDir {
     stoker_test_support::temp_dir(&format!("e2e-{name}"))

@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use crate::harness::{Server, ServerOptions, http, metric_sum};
+use crate::harness::{Server, ServerOptions, hermes_tool_template, http, metric_sum};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_sdk_chat_completions_models() {
@@ -19,14 +19,7 @@ async fn openai_sdk_chat_completions_models() {
 /// tool-use template (`chat_template`, as `--chat-template` sets it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_sdk_tool_calls() {
-    let template = stoker_test_support::repo_root()
-        .join("models/llama.cpp/templates/NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja");
-    assert!(
-        template.is_file(),
-        "{} is missing: run scripts/fetch-llama-cpp-data.sh",
-        template.display()
-    );
-    let path = template.to_string_lossy().into_owned();
+    let path = hermes_tool_template().to_string_lossy().into_owned();
     let server = Server::start(
         "sdk-tools",
         ServerOptions::default().config(&format!("chat_template = {path:?}")),
