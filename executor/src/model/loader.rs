@@ -94,7 +94,7 @@ impl GgufArtifact {
             )));
         }
         reader.rewind().map_err(io)?;
-        let content = Content::read(&mut reader).map_err(|e| classify_header_error(&e))?;
+        let content = read_header(&mut reader)?;
         check_extents(&content, file_size)?;
         let sha256 = sha256_of(&mut reader).map_err(io)?;
         // SAFETY: the map is read-only. Another process truncating or rewriting the
@@ -179,6 +179,27 @@ const UNSUPPORTED_TYPES: &[(u32, &str)] = &[
     (39, "MXFP4"),
 ];
 
+/// Reads the header with candle's reader, which bounds every count and
+/// length by the file's size but divides by the file's own
+/// `general.alignment`: a hostile 0 there would panic inside it. That and
+/// any other panic of the reader become a typed error.
+fn read_header(reader: &mut BufReader<File>) -> Result<Content, ModelError> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Content::read(reader))) {
+        Ok(r) => r.map_err(|e| classify_header_error(&e)),
+        Err(panic) => {
+            let why = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            Err(ModelError::NotGguf(format!(
+                "bad GGUF header: the reader failed ({why}); \
+                 is `general.alignment` zero?"
+            )))
+        }
+    }
+}
+
 fn classify_header_error(e: &candle_core::Error) -> ModelError {
     let msg = e.to_string();
     if let Some(id) = msg
@@ -210,7 +231,18 @@ fn classify_header_error(e: &candle_core::Error) -> ModelError {
 /// reported as truncated instead of failing later inside a tensor read.
 fn check_extents(content: &Content, file_size: u64) -> Result<(), ModelError> {
     for (name, info) in &content.tensor_infos {
-        let elems = info.shape.elem_count() as u64;
+        // The product of hostile dimensions would wrap: check it.
+        let Some(elems) = info
+            .shape
+            .dims()
+            .iter()
+            .try_fold(1u64, |n, &d| n.checked_mul(d as u64))
+        else {
+            return Err(ModelError::BadTensor(
+                name.clone(),
+                format!("dimensions {:?} overflow", info.shape.dims()),
+            ));
+        };
         let block = info.ggml_dtype.block_size() as u64;
         if block == 0 || !elems.is_multiple_of(block) {
             return Err(ModelError::BadTensor(
@@ -218,7 +250,9 @@ fn check_extents(content: &Content, file_size: u64) -> Result<(), ModelError> {
                 "element count is not a multiple of the block size".into(),
             ));
         }
-        let bytes = elems / block * info.ggml_dtype.type_size() as u64;
+        let Some(bytes) = (elems / block).checked_mul(info.ggml_dtype.type_size() as u64) else {
+            return Err(ModelError::BadTensor(name.clone(), "size overflows".into()));
+        };
         let end = content
             .tensor_data_offset
             .checked_add(info.offset)

@@ -7,6 +7,7 @@ mod candle_bitwise;
 mod choices;
 pub(crate) mod common;
 mod engine;
+mod gguf_fuzz;
 mod inspect;
 mod model_errors;
 mod prompt_scores;
