@@ -253,8 +253,12 @@ fn text_bytes(v: &Value) -> usize {
 
 /// Parses the rows `[from, to)` of an input file that passed [`validate`].
 pub fn rows(bytes: &[u8], from: usize, to: usize) -> Result<Vec<InputLine>, String> {
-    let mut out = Vec::with_capacity(to.saturating_sub(from));
-    for (i, (no, line)) in lines(bytes).enumerate().skip(from).take(to - from) {
+    let Some(count) = to.checked_sub(from) else {
+        return Err(format!("the row range {from}..{to} runs backwards"));
+    };
+    // The capacity is a hint; the file, not the range, bounds the rows.
+    let mut out = Vec::with_capacity(count.min(4096));
+    for (i, (no, line)) in lines(bytes).enumerate().skip(from).take(count) {
         let v: Value =
             serde_json::from_slice(line).map_err(|e| format!("line {no} (row {i}): {e}"))?;
         let custom_id = v
@@ -265,11 +269,11 @@ pub fn rows(bytes: &[u8], from: usize, to: usize) -> Result<Vec<InputLine>, Stri
         let body = v.get("body").cloned().unwrap_or(Value::Null);
         out.push(InputLine { custom_id, body });
     }
-    if out.len() != to - from {
+    if out.len() != count {
         return Err(format!(
             "the input file has fewer rows than the shard needs ({} of {})",
             out.len(),
-            to - from
+            count
         ));
     }
     Ok(out)
@@ -373,5 +377,62 @@ mod tests {
         let e = validate(f.as_bytes(), None, LIM).unwrap_err();
         assert_eq!(e.lines().len(), MAX_REPORTED);
         assert!(e.to_string().contains("and 30 more"), "{e}");
+    }
+
+    mod properties {
+        //! Any bytes at all: a typed answer, never a panic; and what passes
+        //! reads back as exactly its rows.
+        use super::*;
+        use proptest::prelude::*;
+
+        fn fragment() -> impl Strategy<Value = String> {
+            prop_oneof![
+                (0..40usize).prop_map(|i| line(&format!("id{i}"))),
+                Just(r#"{"custom_id":"c","method":"POST","url":"/v1/completions","body":{"prompt":"x","max_tokens":-3}}"#.to_owned()),
+                Just(r#"{"custom_id":"\u0000","method":"POST","url":"/v1/chat/completions","body":{}}"#.to_owned()),
+                Just("{".repeat(200)),
+                Just("\r".to_owned()),
+                Just(String::new()),
+                Just("\u{feff}{}".to_owned()),
+                any::<String>(),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 512, failure_persistence: None, ..ProptestConfig::default() })]
+
+            #[test]
+            fn any_file_is_a_typed_answer_and_a_valid_one_reads_back_whole(
+                parts in prop::collection::vec(fragment(), 0..12),
+                crlf in any::<bool>(),
+                raw in prop::collection::vec(any::<u8>(), 0..64),
+                use_raw in any::<bool>(),
+            ) {
+                let bytes = if use_raw {
+                    raw
+                } else {
+                    parts.join(if crlf { "\r\n" } else { "\n" }).into_bytes()
+                };
+                let lim = InputLimits { max_bytes: 1 << 16, max_lines: 8 };
+                match validate(&bytes, None, lim) {
+                    Ok(s) => {
+                        let r = rows(&bytes, 0, s.lines).unwrap();
+                        prop_assert_eq!(r.len(), s.lines);
+                        let ids: HashSet<_> = r.iter().map(|l| l.custom_id.clone()).collect();
+                        prop_assert_eq!(ids.len(), s.lines);
+                        prop_assert!(s.lines <= lim.max_lines);
+                        prop_assert!(ENDPOINTS.contains(&s.endpoint.as_str()));
+                        // Past the end, or a range the wrong way round, is an error.
+                        prop_assert!(rows(&bytes, 0, s.lines + 1).is_err());
+                        prop_assert!(rows(&bytes, 1, 0).is_err());
+                    }
+                    Err(InputError::BadLines(faults, total)) => {
+                        prop_assert!(!faults.is_empty() && faults.len() <= MAX_REPORTED);
+                        prop_assert!(total >= faults.len());
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
     }
 }
