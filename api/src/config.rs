@@ -270,6 +270,11 @@ pub struct AdmissionConfig {
     /// passes this many times the profile's p95 counts as out of envelope
     /// (`stoker_out_of_envelope_requests_total`).
     pub out_of_envelope_factor: f64,
+    /// The time-to-first-token objective: a request whose estimated wait
+    /// for its first token passes this many ms, while anything is ahead of
+    /// it, is refused (503 `server_overloaded` with Retry-After) rather than
+    /// queued to wait. 0 turns it off (the queue bounds alone apply).
+    pub max_ttft_ms: u64,
 }
 
 impl Default for AdmissionConfig {
@@ -279,6 +284,7 @@ impl Default for AdmissionConfig {
             max_waiting_tokens: 256 * 1024,
             max_retry_after_secs: 60,
             out_of_envelope_factor: 4.0,
+            max_ttft_ms: 5000,
         }
     }
 }

@@ -118,6 +118,8 @@ impl AppState {
                 config.admission.max_retry_after_secs.max(1),
             ),
             out_of_envelope_factor: config.admission.out_of_envelope_factor,
+            max_ttft: (config.admission.max_ttft_ms > 0)
+                .then(|| std::time::Duration::from_millis(config.admission.max_ttft_ms)),
         });
         let (hard_stop, _) = watch::channel(false);
         AppState(Arc::new(Inner {

@@ -12,6 +12,8 @@
 
 #[path = "admin.rs"]
 mod admin;
+#[path = "http/objective.rs"]
+mod objective;
 #[path = "http/tokenize.rs"]
 mod tokenize;
 

@@ -1,5 +1,5 @@
 """Overload against a server with one running slot and a one-request queue
-(engine.max_num_seqs=1, admission.max_waiting_requests=1).
+(engine.max_num_seqs=1, admission.max_waiting_requests=1, admission.max_ttft_ms=0).
 
 1. Two long streams fill the slot and the queue; a third request from a client with
    max_retries=0 must fail with a 503 APIStatusError (code server_overloaded) that

@@ -5,10 +5,13 @@
 //! scheduled) and running, and the tokens of the waiting ones. A request is
 //! refused with `server_overloaded` when the running slots plus the waiting
 //! queue are full, when the waiting tokens would pass their bound, or when the
-//! prompts already waiting plus this one need more KV blocks than are free. A
-//! request with a deadline is refused with `deadline_infeasible` when the
-//! estimated queue + prefill time (from measured rates) cannot meet it.
-//! `Retry-After` is the time the measured drain rate needs to make room.
+//! prompts already waiting plus this one need more KV blocks than are free.
+//! It is refused with `server_overloaded` too when its estimated time to
+//! first token ([`estimate`]) passes the server's objective
+//! (`admission.max_ttft_ms`) while something is ahead of it, and with
+//! `deadline_infeasible` when the estimate passes the client's
+//! `x-stoker-deadline-ms`. `Retry-After` is the time the measured drain rate
+//! needs to make room, or the estimate's excess over the objective.
 //!
 //! When a capacity profile was recorded for the served revision (see
 //! [`crate::admission::envelope`]), its envelope bounds the outstanding requests and
@@ -19,6 +22,7 @@
 //! `Drop`, so a cancelled or failed request can never leak capacity.
 
 pub mod envelope;
+pub mod estimate;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -29,6 +33,7 @@ use stoker_executor::BLOCK_SIZE;
 use stoker_executor::engine::EngineStats;
 
 use crate::admission::envelope::{EnvelopeLimits, OutOfEnvelope};
+use crate::admission::estimate::{QueueView, Speed, TtftEstimate};
 use crate::error::{ApiError, RetryAfter};
 
 #[derive(Clone, Copy, Debug)]
@@ -40,6 +45,9 @@ pub struct AdmissionLimits {
     /// A request whose prompt or output passes this many times the profile's
     /// p95 counts as out of envelope.
     pub out_of_envelope_factor: f64,
+    /// The time-to-first-token objective an admitted request must be
+    /// estimated to meet when anything is ahead of it; `None` turns it off.
+    pub max_ttft: Option<Duration>,
 }
 
 #[derive(Debug, Default)]
@@ -48,8 +56,11 @@ struct Inner {
     waiting_tokens: usize,
     waiting_prompt_tokens: usize,
     running: usize,
+    running_prompt_tokens: usize,
     /// Prompt + max_tokens of every outstanding request, waiting or running.
     active_tokens: usize,
+    /// Smoothed output tokens of the requests that finished.
+    output_tokens_ewma: Option<f64>,
     /// Recent finish times, for the drain rate.
     finishes: VecDeque<Instant>,
     /// The envelope in force, if a profile was recorded for this revision.
@@ -75,7 +86,25 @@ impl Inner {
         let span = now.duration_since(first).as_secs_f64().max(0.05);
         self.finishes.len() as f64 / span
     }
+
+    fn queue_view(&mut self, max_num_seqs: usize, now: Instant) -> QueueView {
+        QueueView {
+            max_num_seqs,
+            running: self.running,
+            waiting: self.waiting,
+            waiting_prompt_tokens: self.waiting_prompt_tokens,
+            running_prompt_tokens: self.running_prompt_tokens,
+            outstanding_max_tokens: self
+                .active_tokens
+                .saturating_sub(self.waiting_prompt_tokens + self.running_prompt_tokens),
+            recent_output_tokens: self.output_tokens_ewma,
+            drain_rps: self.drain_rate(now),
+        }
+    }
 }
+
+/// Weight of a finished request's output in the smoothed mean.
+const OUTPUT_EWMA: f64 = 0.1;
 
 #[derive(Debug)]
 pub struct Admission {
@@ -121,6 +150,11 @@ pub struct AdmissionReport {
     /// `profile` or `none`.
     pub prefill_rate_source: &'static str,
     pub prefill_tok_s: Option<f64>,
+    /// The time-to-first-token objective (`admission.max_ttft_ms`); `null`
+    /// when off.
+    pub max_ttft_ms: Option<u64>,
+    /// The estimated time to first token of a 1-token prompt arriving now.
+    pub ttft_estimate_ms: u64,
     /// The engine's step planner: the latency targets it packs steps to.
     pub planner: PlannerReport,
 }
@@ -226,6 +260,11 @@ impl Admission {
         let l = &self.limits;
         let profile = g.profile.as_deref().cloned();
         let (prefill_rate_source, prefill_tok_s) = prefill_rate(engine, profile.as_ref());
+        let ttft = estimate::estimate(
+            &g.queue_view(l.max_num_seqs, Instant::now()),
+            &speed(engine, profile.as_ref()),
+            1,
+        );
         AdmissionReport {
             source: if profile.is_some() {
                 "profile"
@@ -241,6 +280,8 @@ impl Admission {
             drain_rate_rps,
             prefill_rate_source,
             prefill_tok_s,
+            max_ttft_ms: l.max_ttft.map(|d| d.as_millis() as u64),
+            ttft_estimate_ms: ttft.total().as_millis() as u64,
             profile,
             planner: PlannerReport::of(&engine.planner),
         }
@@ -342,29 +383,31 @@ impl Admission {
                 retry_after: self.clamp(drain(g.waiting.max(1), &g)),
             });
         }
-        if let Some(deadline) = d.deadline {
-            let queue = if outstanding >= l.max_num_seqs {
-                drain(outstanding + 1 - l.max_num_seqs, &g)
-            } else {
-                Duration::ZERO
-            };
-            let prefill = match prefill_rate(engine, profile.as_deref()) {
-                (_, Some(r)) => {
-                    Duration::from_secs_f64((g.waiting_prompt_tokens + d.prompt_tokens) as f64 / r)
-                }
-                (_, None) => Duration::ZERO,
-            };
-            let estimate = queue + prefill;
-            if estimate > deadline {
-                return Err(ApiError::DeadlineInfeasible {
-                    message: format!(
-                        "estimated queue and prefill time is {} ms, past the deadline of {} ms",
-                        estimate.as_millis(),
-                        deadline.as_millis()
-                    ),
-                    retry_after: self.clamp(estimate - deadline),
-                });
-            }
+        let ttft = estimate::estimate(
+            &g.queue_view(l.max_num_seqs, now),
+            &speed(engine, profile.as_deref()),
+            d.prompt_tokens,
+        );
+        if let Some(deadline) = d.deadline
+            && ttft.total() > deadline
+        {
+            return Err(ApiError::DeadlineInfeasible {
+                message: format!(
+                    "estimated queue and prefill time is {} ms, past the deadline of {} ms",
+                    ttft.total().as_millis(),
+                    deadline.as_millis()
+                ),
+                retry_after: self.clamp(ttft.total() - deadline),
+            });
+        }
+        if let Some(objective) = l.max_ttft
+            && ttft.ahead() > Duration::ZERO
+            && ttft.total() > objective
+        {
+            return Err(ApiError::Overloaded {
+                message: objective_message(&ttft, objective, g.running, g.waiting),
+                retry_after: self.clamp(ttft.total() - objective),
+            });
         }
         g.waiting += 1;
         g.waiting_tokens += tokens;
@@ -375,7 +418,39 @@ impl Admission {
             tokens,
             prompt_tokens: d.prompt_tokens,
             state: TicketState::Waiting,
+            generated: None,
         })
+    }
+}
+
+fn objective_message(
+    e: &TtftEstimate,
+    objective: Duration,
+    running: usize,
+    waiting: usize,
+) -> String {
+    format!(
+        "the estimated time to first token is {} ms ({} running, {} waiting ahead), past the \
+         server's objective of {} ms (admission.max_ttft_ms); retry later",
+        e.total().as_millis(),
+        running,
+        waiting,
+        objective.as_millis()
+    )
+}
+
+/// What the estimate needs of the engine's speed: the prefill rate (see
+/// [`prefill_rate`], falling back to the step-cost model's per-token cost),
+/// its cost model and its step time.
+fn speed(engine: &EngineStats, profile: Option<&EnvelopeLimits>) -> Speed {
+    let cost = engine.planner.cost;
+    let prefill_tok_s = prefill_rate(engine, profile)
+        .1
+        .unwrap_or(1000.0 / cost.per_token_ms.max(1e-3));
+    Speed {
+        prefill_tok_s,
+        cost,
+        step_time: engine.step_time_ewma,
     }
 }
 
@@ -414,9 +489,17 @@ pub struct Ticket {
     tokens: usize,
     prompt_tokens: usize,
     state: TicketState,
+    /// Output tokens the request made, once it finished.
+    generated: Option<usize>,
 }
 
 impl Ticket {
+    /// The request finished with this many output tokens (over its choices):
+    /// what the estimate takes as the usual output.
+    pub fn finished(&mut self, output_tokens: usize) {
+        self.generated = Some(output_tokens);
+    }
+
     /// The engine scheduled the request: it leaves the waiting queue.
     pub fn started(&mut self) {
         if self.state == TicketState::Waiting {
@@ -425,6 +508,7 @@ impl Ticket {
             g.waiting_tokens -= self.tokens;
             g.waiting_prompt_tokens -= self.prompt_tokens;
             g.running += 1;
+            g.running_prompt_tokens += self.prompt_tokens;
             self.state = TicketState::Running;
         }
     }
@@ -442,7 +526,15 @@ impl Drop for Ticket {
             }
             TicketState::Running => {
                 g.running -= 1;
+                g.running_prompt_tokens -= self.prompt_tokens;
                 g.active_tokens -= self.tokens;
+                if let Some(n) = self.generated {
+                    let n = n as f64;
+                    g.output_tokens_ewma = Some(
+                        g.output_tokens_ewma
+                            .map_or(n, |m| m * (1.0 - OUTPUT_EWMA) + n * OUTPUT_EWMA),
+                    );
+                }
                 let now = Instant::now();
                 g.finishes.push_back(now);
                 if g.finishes.len() > RATE_SAMPLES {
@@ -454,208 +546,4 @@ impl Drop for Ticket {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use stoker_schemas::codes::ErrorCode;
-
-    fn adm(seqs: usize, waiting: usize, tokens: usize) -> Arc<Admission> {
-        Admission::new(AdmissionLimits {
-            max_num_seqs: seqs,
-            max_waiting_requests: waiting,
-            max_waiting_tokens: tokens,
-            max_retry_after: Duration::from_secs(60),
-            out_of_envelope_factor: 4.0,
-        })
-    }
-
-    fn stats() -> EngineStats {
-        EngineStats {
-            kv_blocks_free: 1000,
-            kv_blocks_total: 1000,
-            ..Default::default()
-        }
-    }
-
-    fn demand(p: usize, m: usize) -> Demand {
-        Demand {
-            prompt_tokens: p,
-            max_tokens: m,
-            deadline: None,
-        }
-    }
-
-    #[test]
-    fn queue_bound_refuses_then_frees_on_drop() {
-        let a = adm(1, 1, 10_000);
-        let s = stats();
-        let mut t1 = a.admit(demand(10, 10), &s).unwrap();
-        t1.started();
-        let t2 = a.admit(demand(10, 10), &s).unwrap();
-        let e = a.admit(demand(10, 10), &s).unwrap_err();
-        assert_eq!(e.code(), ErrorCode::ServerOverloaded);
-        assert!(e.retry_after().is_some());
-        drop(t2);
-        let t3 = a.admit(demand(10, 10), &s).unwrap();
-        drop(t1);
-        drop(t3);
-        assert_eq!(a.snapshot(), AdmissionSnapshot::default());
-    }
-
-    #[test]
-    fn waiting_token_bound() {
-        let a = adm(8, 8, 100);
-        let s = stats();
-        let _t1 = a.admit(demand(40, 40), &s).unwrap();
-        let e = a.admit(demand(10, 30), &s).unwrap_err();
-        assert_eq!(e.code(), ErrorCode::ServerOverloaded);
-        let _t2 = a.admit(demand(10, 10), &s).unwrap();
-    }
-
-    #[test]
-    fn kv_headroom_bound() {
-        let a = adm(8, 8, 1 << 20);
-        let s = EngineStats {
-            kv_blocks_free: 4,
-            ..stats()
-        };
-        let _t1 = a.admit(demand(48, 1), &s).unwrap();
-        assert!(a.admit(demand(32, 1), &s).is_err());
-        let _t2 = a.admit(demand(16, 1), &s).unwrap();
-    }
-
-    #[test]
-    fn retry_after_follows_the_drain_rate() {
-        let a = adm(1, 0, 1 << 20);
-        let s = stats();
-        // Ten requests finish in ~50 ms: a fast drain gives a short wait.
-        for _ in 0..10 {
-            let mut t = a.admit(demand(1, 1), &s).unwrap();
-            t.started();
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        let mut hold = a.admit(demand(1, 1), &s).unwrap();
-        hold.started();
-        let fast = a
-            .admit(demand(1, 1), &s)
-            .unwrap_err()
-            .retry_after()
-            .unwrap();
-        assert!(fast.0 < Duration::from_secs(1), "{fast:?}");
-        // No finishes measured: fall back to the engine's token rate.
-        let b = adm(1, 0, 1 << 20);
-        let slow = EngineStats {
-            tokens_per_second_ewma: 2.0,
-            ..stats()
-        };
-        let mut h = b.admit(demand(10, 10), &slow).unwrap();
-        h.started();
-        let r = b
-            .admit(demand(10, 10), &slow)
-            .unwrap_err()
-            .retry_after()
-            .unwrap();
-        assert_eq!(r.0, Duration::from_secs(10));
-    }
-
-    fn profile(concurrency: usize, active_tokens: usize) -> EnvelopeLimits {
-        EnvelopeLimits {
-            concurrency,
-            active_tokens,
-            prefill_tok_s: Some(500.0),
-            throughput_tok_s: 20.0,
-            prompt_tokens_p95: Some(100),
-            output_tokens_p95: Some(50),
-            ..EnvelopeLimits::for_test()
-        }
-    }
-
-    #[test]
-    fn profile_bounds_outstanding_requests() {
-        let a = adm(8, 8, 1 << 20);
-        let s = stats();
-        a.set_profile(Some(profile(2, 1 << 20)));
-        let t1 = a.admit(demand(10, 10), &s).unwrap();
-        let t2 = a.admit(demand(10, 10), &s).unwrap();
-        let e = a.admit(demand(10, 10), &s).unwrap_err();
-        assert_eq!(e.code(), ErrorCode::ServerOverloaded);
-        assert!(e.to_string().contains("envelope"), "{e}");
-        // Nothing finished and no live rate: the profile's output rate drains
-        // the 40 waiting tokens plus this request's 20 at 20 tok/s.
-        assert_eq!(e.retry_after().unwrap().0, Duration::from_secs(3));
-        let r = a.report(&s);
-        assert_eq!((r.source, r.max_outstanding), ("profile", 2));
-        drop(t1);
-        let _t3 = a.admit(demand(10, 10), &s).unwrap();
-        // Back to the static limits: eight slots plus eight waiting.
-        a.set_profile(None);
-        let _more: Vec<_> = (0..10)
-            .map(|_| a.admit(demand(1, 1), &s).unwrap())
-            .collect();
-        assert_eq!(a.report(&s).source, "static");
-        drop(t2);
-    }
-
-    #[test]
-    fn profile_bounds_active_tokens_but_admits_a_lone_request() {
-        let a = adm(8, 8, 1 << 20);
-        let s = stats();
-        a.set_profile(Some(profile(8, 100)));
-        // Alone, even a request past the envelope runs: refusing it would be
-        // a refusal it could never get past.
-        let big = a.admit(demand(90, 60), &s).unwrap();
-        assert!(a.admit(demand(1, 1), &s).is_err());
-        drop(big);
-        let _t1 = a.admit(demand(40, 20), &s).unwrap();
-        let _t2 = a.admit(demand(20, 20), &s).unwrap();
-        let e = a.admit(demand(1, 1), &s).unwrap_err();
-        assert_eq!(e.code(), ErrorCode::ServerOverloaded);
-        assert_eq!(a.snapshot().active_tokens, 100);
-    }
-
-    #[test]
-    fn profile_rates_until_live_rates_exist() {
-        let a = adm(4, 4, 1 << 20);
-        a.set_profile(Some(profile(8, 1 << 20)));
-        let mut d = demand(1000, 1);
-        d.deadline = Some(Duration::from_millis(500));
-        // 1000 prompt tokens at the profile's 500 tok/s: 2 s, past 500 ms.
-        let e = a.admit(d, &stats()).unwrap_err();
-        assert_eq!(e.code(), ErrorCode::DeadlineInfeasible);
-        assert_eq!(a.report(&stats()).prefill_rate_source, "profile");
-        // A live rate takes over: 1000 tokens at 10,000 tok/s fit.
-        let live = EngineStats {
-            prefill_tokens_per_second_ewma: 10_000.0,
-            ..stats()
-        };
-        a.admit(d, &live).unwrap();
-        assert_eq!(a.report(&live).prefill_rate_source, "live");
-    }
-
-    #[test]
-    fn out_of_envelope_needs_a_profile() {
-        let a = adm(4, 4, 1 << 20);
-        assert_eq!(a.out_of_envelope(&demand(10_000, 1)), None);
-        a.set_profile(Some(profile(8, 1 << 20)));
-        assert_eq!(
-            a.out_of_envelope(&demand(401, 1)),
-            Some(OutOfEnvelope::PromptLength)
-        );
-        assert_eq!(a.out_of_envelope(&demand(400, 200)), None);
-    }
-
-    #[test]
-    fn infeasible_deadline_is_refused_at_once() {
-        let a = adm(4, 4, 1 << 20);
-        let s = EngineStats {
-            prefill_tokens_per_second_ewma: 1000.0,
-            ..stats()
-        };
-        let mut d = demand(2000, 1);
-        d.deadline = Some(Duration::from_millis(500));
-        let e = a.admit(d, &s).unwrap_err();
-        assert_eq!(e.code(), ErrorCode::DeadlineInfeasible);
-        assert_eq!(e.retry_after().unwrap().0, Duration::from_millis(1500));
-        d.deadline = Some(Duration::from_secs(5));
-        a.admit(d, &s).unwrap();
-    }
-}
+mod tests;

@@ -31,7 +31,9 @@ pub struct Running {
     ended: Vec<bool>,
     /// The edge's admission share; batch rows bypass edge admission (the
     /// engine's batch lane bounds them) and hold none.
-    _ticket: Option<Ticket>,
+    ticket: Option<Ticket>,
+    /// Output tokens of the choices that finished.
+    generated: usize,
     hard_stop: watch::Receiver<bool>,
     /// Time spent in the engine's waiting queue.
     pub queue: Duration,
@@ -156,7 +158,8 @@ async fn submit(
     Ok(Running {
         ended: vec![false; handles.len()],
         handles,
-        _ticket: ticket,
+        ticket,
+        generated: 0,
         hard_stop,
         queue,
         lane,
@@ -269,7 +272,15 @@ impl Running {
                 Err(e) => Step::Failed(e.into_api(state.admission.retry_hint())),
             };
             match &step {
-                Step::Done { .. } => self.ended[index] = true,
+                Step::Done { usage, .. } => {
+                    self.ended[index] = true;
+                    self.generated += usage.completion_tokens;
+                    if let Some(t) = self.ticket.as_mut()
+                        && self.ended.iter().all(|e| *e)
+                    {
+                        t.finished(self.generated);
+                    }
+                }
                 // One failed choice fails the request; dropping the rest
                 // cancels them.
                 Step::Failed(_) => self.ended.iter_mut().for_each(|e| *e = true),

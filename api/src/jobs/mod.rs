@@ -390,6 +390,7 @@ impl JobServer {
                 served
                     .metrics
                     .record_finished(lane, reason.as_str(), usage, timings);
+                ticket.finished(usage.completion_tokens);
                 tracing::debug!(request_id = %job.request_id, lane = lane_name(lane), "job finished");
             }
             let end = matches!(

@@ -1,0 +1,319 @@
+//! Admission's bounds, the envelope of a capacity profile, and the
+//! time-to-first-token objective.
+
+use super::*;
+use stoker_schemas::codes::ErrorCode;
+
+fn adm(seqs: usize, waiting: usize, tokens: usize) -> Arc<Admission> {
+    Admission::new(AdmissionLimits {
+        max_num_seqs: seqs,
+        max_waiting_requests: waiting,
+        max_waiting_tokens: tokens,
+        max_retry_after: Duration::from_secs(60),
+        out_of_envelope_factor: 4.0,
+        max_ttft: None,
+    })
+}
+
+fn stats() -> EngineStats {
+    EngineStats {
+        kv_blocks_free: 1000,
+        kv_blocks_total: 1000,
+        ..Default::default()
+    }
+}
+
+fn demand(p: usize, m: usize) -> Demand {
+    Demand {
+        prompt_tokens: p,
+        max_tokens: m,
+        deadline: None,
+    }
+}
+
+#[test]
+fn queue_bound_refuses_then_frees_on_drop() {
+    let a = adm(1, 1, 10_000);
+    let s = stats();
+    let mut t1 = a.admit(demand(10, 10), &s).unwrap();
+    t1.started();
+    let t2 = a.admit(demand(10, 10), &s).unwrap();
+    let e = a.admit(demand(10, 10), &s).unwrap_err();
+    assert_eq!(e.code(), ErrorCode::ServerOverloaded);
+    assert!(e.retry_after().is_some());
+    drop(t2);
+    let t3 = a.admit(demand(10, 10), &s).unwrap();
+    drop(t1);
+    drop(t3);
+    assert_eq!(a.snapshot(), AdmissionSnapshot::default());
+}
+
+#[test]
+fn waiting_token_bound() {
+    let a = adm(8, 8, 100);
+    let s = stats();
+    let _t1 = a.admit(demand(40, 40), &s).unwrap();
+    let e = a.admit(demand(10, 30), &s).unwrap_err();
+    assert_eq!(e.code(), ErrorCode::ServerOverloaded);
+    let _t2 = a.admit(demand(10, 10), &s).unwrap();
+}
+
+#[test]
+fn kv_headroom_bound() {
+    let a = adm(8, 8, 1 << 20);
+    let s = EngineStats {
+        kv_blocks_free: 4,
+        ..stats()
+    };
+    let _t1 = a.admit(demand(48, 1), &s).unwrap();
+    assert!(a.admit(demand(32, 1), &s).is_err());
+    let _t2 = a.admit(demand(16, 1), &s).unwrap();
+}
+
+#[test]
+fn retry_after_follows_the_drain_rate() {
+    let a = adm(1, 0, 1 << 20);
+    let s = stats();
+    // Ten requests finish in ~50 ms: a fast drain gives a short wait.
+    for _ in 0..10 {
+        let mut t = a.admit(demand(1, 1), &s).unwrap();
+        t.started();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut hold = a.admit(demand(1, 1), &s).unwrap();
+    hold.started();
+    let fast = a
+        .admit(demand(1, 1), &s)
+        .unwrap_err()
+        .retry_after()
+        .unwrap();
+    assert!(fast.0 < Duration::from_secs(1), "{fast:?}");
+    // No finishes measured: fall back to the engine's token rate.
+    let b = adm(1, 0, 1 << 20);
+    let slow = EngineStats {
+        tokens_per_second_ewma: 2.0,
+        ..stats()
+    };
+    let mut h = b.admit(demand(10, 10), &slow).unwrap();
+    h.started();
+    let r = b
+        .admit(demand(10, 10), &slow)
+        .unwrap_err()
+        .retry_after()
+        .unwrap();
+    assert_eq!(r.0, Duration::from_secs(10));
+}
+
+fn profile(concurrency: usize, active_tokens: usize) -> EnvelopeLimits {
+    EnvelopeLimits {
+        concurrency,
+        active_tokens,
+        prefill_tok_s: Some(500.0),
+        throughput_tok_s: 20.0,
+        prompt_tokens_p95: Some(100),
+        output_tokens_p95: Some(50),
+        ..EnvelopeLimits::for_test()
+    }
+}
+
+#[test]
+fn profile_bounds_outstanding_requests() {
+    let a = adm(8, 8, 1 << 20);
+    let s = stats();
+    a.set_profile(Some(profile(2, 1 << 20)));
+    let t1 = a.admit(demand(10, 10), &s).unwrap();
+    let t2 = a.admit(demand(10, 10), &s).unwrap();
+    let e = a.admit(demand(10, 10), &s).unwrap_err();
+    assert_eq!(e.code(), ErrorCode::ServerOverloaded);
+    assert!(e.to_string().contains("envelope"), "{e}");
+    // Nothing finished and no live rate: the profile's output rate drains
+    // the 40 waiting tokens plus this request's 20 at 20 tok/s.
+    assert_eq!(e.retry_after().unwrap().0, Duration::from_secs(3));
+    let r = a.report(&s);
+    assert_eq!((r.source, r.max_outstanding), ("profile", 2));
+    drop(t1);
+    let _t3 = a.admit(demand(10, 10), &s).unwrap();
+    // Back to the static limits: eight slots plus eight waiting.
+    a.set_profile(None);
+    let _more: Vec<_> = (0..10)
+        .map(|_| a.admit(demand(1, 1), &s).unwrap())
+        .collect();
+    assert_eq!(a.report(&s).source, "static");
+    drop(t2);
+}
+
+#[test]
+fn profile_bounds_active_tokens_but_admits_a_lone_request() {
+    let a = adm(8, 8, 1 << 20);
+    let s = stats();
+    a.set_profile(Some(profile(8, 100)));
+    // Alone, even a request past the envelope runs: refusing it would be
+    // a refusal it could never get past.
+    let big = a.admit(demand(90, 60), &s).unwrap();
+    assert!(a.admit(demand(1, 1), &s).is_err());
+    drop(big);
+    let _t1 = a.admit(demand(40, 20), &s).unwrap();
+    let _t2 = a.admit(demand(20, 20), &s).unwrap();
+    let e = a.admit(demand(1, 1), &s).unwrap_err();
+    assert_eq!(e.code(), ErrorCode::ServerOverloaded);
+    assert_eq!(a.snapshot().active_tokens, 100);
+}
+
+#[test]
+fn profile_rates_until_live_rates_exist() {
+    let a = adm(4, 4, 1 << 20);
+    a.set_profile(Some(profile(8, 1 << 20)));
+    let mut d = demand(1000, 1);
+    d.deadline = Some(Duration::from_millis(500));
+    // 1000 prompt tokens at the profile's 500 tok/s: 2 s, past 500 ms.
+    let e = a.admit(d, &stats()).unwrap_err();
+    assert_eq!(e.code(), ErrorCode::DeadlineInfeasible);
+    assert_eq!(a.report(&stats()).prefill_rate_source, "profile");
+    // A live rate takes over: 1000 tokens at 10,000 tok/s fit.
+    let live = EngineStats {
+        prefill_tokens_per_second_ewma: 10_000.0,
+        ..stats()
+    };
+    a.admit(d, &live).unwrap();
+    assert_eq!(a.report(&live).prefill_rate_source, "live");
+}
+
+#[test]
+fn out_of_envelope_needs_a_profile() {
+    let a = adm(4, 4, 1 << 20);
+    assert_eq!(a.out_of_envelope(&demand(10_000, 1)), None);
+    a.set_profile(Some(profile(8, 1 << 20)));
+    assert_eq!(
+        a.out_of_envelope(&demand(401, 1)),
+        Some(OutOfEnvelope::PromptLength)
+    );
+    assert_eq!(a.out_of_envelope(&demand(400, 200)), None);
+}
+
+#[test]
+fn infeasible_deadline_is_refused_at_once() {
+    let a = adm(4, 4, 1 << 20);
+    let s = EngineStats {
+        prefill_tokens_per_second_ewma: 1000.0,
+        ..stats()
+    };
+    let mut d = demand(2000, 1);
+    d.deadline = Some(Duration::from_millis(500));
+    let e = a.admit(d, &s).unwrap_err();
+    assert_eq!(e.code(), ErrorCode::DeadlineInfeasible);
+    assert_eq!(e.retry_after().unwrap().0, Duration::from_millis(1500));
+    d.deadline = Some(Duration::from_secs(5));
+    a.admit(d, &s).unwrap();
+}
+
+mod objective {
+    use super::super::*;
+    use stoker_executor::scheduler::CostSnapshot;
+    use stoker_schemas::codes::ErrorCode;
+
+    fn adm(seqs: usize, objective_ms: Option<u64>) -> Arc<Admission> {
+        Admission::new(AdmissionLimits {
+            max_num_seqs: seqs,
+            max_waiting_requests: 1024,
+            max_waiting_tokens: 1 << 30,
+            max_retry_after: Duration::from_secs(60),
+            out_of_envelope_factor: 4.0,
+            max_ttft: objective_ms.map(Duration::from_millis),
+        })
+    }
+
+    /// 1,000 prompt tokens a second; a full step of `seqs` rows costs
+    /// 4 + 1 ms a row.
+    fn stats() -> EngineStats {
+        let mut s = EngineStats {
+            kv_blocks_free: 1 << 20,
+            kv_blocks_total: 1 << 20,
+            prefill_tokens_per_second_ewma: 1000.0,
+            ..Default::default()
+        };
+        s.planner.cost = CostSnapshot {
+            fixed_ms: 4.0,
+            per_token_ms: 1.0,
+            ..s.planner.cost
+        };
+        s
+    }
+
+    fn demand(p: usize, m: usize) -> Demand {
+        Demand {
+            prompt_tokens: p,
+            max_tokens: m,
+            deadline: None,
+        }
+    }
+
+    #[test]
+    fn a_request_with_nothing_ahead_is_admitted_however_long_its_prompt() {
+        let a = adm(2, Some(1000));
+        // 10 s of prefill, but refusing it cannot make it start sooner.
+        let t = a.admit(demand(10_000, 10), &stats()).unwrap();
+        drop(t);
+    }
+
+    #[test]
+    fn the_objective_refuses_what_would_wait_past_it_and_admits_again_as_outputs_shorten() {
+        let a = adm(2, Some(2000));
+        let s = stats();
+        // Two running requests that may each make 1,000 tokens: a third waits
+        // for one of them, 1,000 × 6 ms / 2 = 3 s, past 2 s.
+        let mut running: Vec<Ticket> = (0..2)
+            .map(|_| {
+                let mut t = a.admit(demand(10, 1000), &s).unwrap();
+                t.started();
+                t
+            })
+            .collect();
+        let e = a.admit(demand(10, 1000), &s).unwrap_err();
+        assert_eq!(e.code(), ErrorCode::ServerOverloaded);
+        assert!(e.to_string().contains("admission.max_ttft_ms"), "{e}");
+        let retry = e.retry_after().unwrap().0;
+        assert!(retry >= Duration::from_millis(900), "{retry:?}");
+        assert_eq!(a.report(&s).max_ttft_ms, Some(2000));
+        // Requests turn out to stop after 100 tokens: a slot frees every
+        // 300 ms, and the next request fits. (The finishes also give a
+        // measured drain rate; the smaller estimate stands.)
+        for t in &mut running {
+            t.finished(100);
+        }
+        running.clear();
+        let mut again: Vec<Ticket> = (0..2)
+            .map(|_| {
+                let mut t = a.admit(demand(10, 1000), &s).unwrap();
+                t.started();
+                t
+            })
+            .collect();
+        a.admit(demand(10, 1000), &s).unwrap();
+        again.clear();
+        assert_eq!(a.snapshot().running, 0);
+    }
+
+    #[test]
+    fn off_it_queues_as_the_bounds_allow() {
+        let a = adm(1, None);
+        let s = stats();
+        let mut t = a.admit(demand(10, 100_000), &s).unwrap();
+        t.started();
+        let _queued = a.admit(demand(10, 100_000), &s).unwrap();
+    }
+
+    #[test]
+    fn a_deadline_uses_the_same_estimate() {
+        let a = adm(1, None);
+        let s = stats();
+        let mut t = a.admit(demand(10, 1000), &s).unwrap();
+        t.started();
+        // One slot, 1,000 tokens at 5 ms: 5 s before a slot frees.
+        let mut d = demand(10, 10);
+        d.deadline = Some(Duration::from_secs(4));
+        let e = a.admit(d, &s).unwrap_err();
+        assert_eq!(e.code(), ErrorCode::DeadlineInfeasible);
+        d.deadline = Some(Duration::from_secs(6));
+        a.admit(d, &s).unwrap();
+    }
+}
