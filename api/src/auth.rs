@@ -89,6 +89,30 @@ impl Principal {
     }
 }
 
+/// A scope a route needs, as a type, for [`Scoped`].
+pub trait ScopeMarker {
+    const SCOPE: Scope;
+}
+
+/// The inference routes' scope.
+pub struct ForInference;
+/// The batch and file routes' scope.
+pub struct ForBatch;
+
+impl ScopeMarker for ForInference {
+    const SCOPE: Scope = Scope::Inference;
+}
+
+impl ScopeMarker for ForBatch {
+    const SCOPE: Scope = Scope::Batch;
+}
+
+/// A caller that holds scope `S`. As a handler's first extractor it
+/// authenticates and checks the scope before the path, query or body is
+/// read, so a caller without the key or the scope gets 401 or 403 whatever
+/// else it sent (not a 400 that tells it about the route's input).
+pub struct Scoped<S>(pub Principal, pub std::marker::PhantomData<S>);
+
 struct KeyEntry {
     digest: [u8; 32],
     principal: Principal,

@@ -12,8 +12,12 @@
 
 #[path = "admin.rs"]
 mod admin;
+#[path = "http/fuzz.rs"]
+mod fuzz;
 #[path = "http/objective.rs"]
 mod objective;
+#[path = "http/security.rs"]
+mod security;
 #[path = "http/tokenize.rs"]
 mod tokenize;
 

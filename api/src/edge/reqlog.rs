@@ -1,4 +1,5 @@
-//! One request-log row per generation request, refused or served.
+//! One request-log row per generation request, refused or served (a caller
+//! refused for a missing or wrong key or scope leaves none).
 //!
 //! The edge middleware puts a [`LogSlot`] into every generation request; the
 //! handler fills in what it learns (deployment, revision, lane, timings, token

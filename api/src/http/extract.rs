@@ -84,11 +84,22 @@ fn friendlier(msg: &str) -> String {
         ),
         ("StopSpec", "expected a string or an array of strings"),
     ];
+    let at = msg.rfind(" at line ").map(|i| &msg[i..]).unwrap_or("");
     for (ty, expected) in EXPECT {
         if msg.contains(&format!("untagged enum {ty}")) {
-            let at = msg.rfind(" at line ").map(|i| &msg[i..]).unwrap_or("");
             return format!("{expected}{at}");
         }
+    }
+    if msg.contains("untagged enum ") {
+        return format!("expected one of the documented forms{at}");
+    }
+    // `expected struct ChatMessageIn`: a JSON object, not our type's name.
+    if let Some(i) = msg.find("expected struct ") {
+        let rest = &msg[i + "expected struct ".len()..];
+        let name_end = rest
+            .find(|c: char| !c.is_alphanumeric() && c != '_')
+            .unwrap_or(rest.len());
+        return format!("{}expected a JSON object{}", &msg[..i], &rest[name_end..]);
     }
     msg.to_string()
 }

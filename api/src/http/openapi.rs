@@ -2,10 +2,13 @@
 //! derives. `stoker openapi` prints it; `schemas/openapi.json` is the
 //! checked-in copy and a test fails when the two drift.
 
-use utoipa::OpenApi;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
+use utoipa::openapi::{ContentBuilder, OpenApi as Document, Ref, RefOr, ResponseBuilder};
+use utoipa::{Modify, OpenApi};
 
 #[derive(OpenApi)]
 #[openapi(
+    modifiers(&BearerKeys),
     info(
         title = "stoker",
         description = "OpenAI-compatible LLM serving with typed backpressure and provenance.",
@@ -61,6 +64,63 @@ use utoipa::OpenApi;
     ))
 )]
 pub struct ApiDoc;
+
+/// Every route but the probes and metrics takes a bearer API key: the
+/// document says so once, here, with the 401 (no valid key) and 403 (the key
+/// lacks the route's scope) each such route can answer.
+struct BearerKeys;
+
+impl Modify for BearerKeys {
+    fn modify(&self, doc: &mut Document) {
+        doc.components
+            .get_or_insert_with(Default::default)
+            .add_security_scheme(
+                "api_key",
+                SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+            );
+        for (path, item) in doc.paths.paths.iter_mut() {
+            if path.starts_with("/health/") || path == "/metrics" {
+                continue;
+            }
+            let ops = [
+                &mut item.get,
+                &mut item.post,
+                &mut item.put,
+                &mut item.delete,
+            ];
+            for op in ops.into_iter().flatten() {
+                op.security = Some(vec![SecurityRequirement::new(
+                    "api_key",
+                    Vec::<String>::new(),
+                )]);
+                for (code, what) in [
+                    ("401", "No valid API key (`invalid_api_key`)"),
+                    (
+                        "403",
+                        "The key lacks this route's scope (`insufficient_scope`)",
+                    ),
+                ] {
+                    op.responses
+                        .responses
+                        .entry(code.to_owned())
+                        .or_insert_with(|| {
+                            RefOr::T(
+                                ResponseBuilder::new()
+                                    .description(what)
+                                    .content(
+                                        "application/json",
+                                        ContentBuilder::new()
+                                            .schema(Some(Ref::from_schema_name("ErrorBody")))
+                                            .build(),
+                                    )
+                                    .build(),
+                            )
+                        });
+                }
+            }
+        }
+    }
+}
 
 /// The document as pretty JSON with a trailing newline.
 pub fn document() -> String {

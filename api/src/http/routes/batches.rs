@@ -15,7 +15,7 @@ use stoker_schemas::batch::{
 };
 
 use super::files::batches;
-use crate::auth::{Principal, Scope};
+use crate::auth::{ForBatch, Scoped};
 use crate::error::ApiError;
 use crate::http::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::state::AppState;
@@ -111,10 +111,9 @@ fn check_metadata(m: &BTreeMap<String, String>) -> Result<(), ApiError> {
 )]
 pub async fn create(
     State(state): State<AppState>,
-    principal: Principal,
+    Scoped(principal, _): Scoped<ForBatch>,
     ApiJson(body): ApiJson<CreateBatchRequest>,
 ) -> Result<Response, ApiError> {
-    principal.require(Scope::Batch)?;
     let metadata = body.metadata.unwrap_or_default();
     check_metadata(&metadata)?;
     let req = CreateBatch {
@@ -142,10 +141,9 @@ pub async fn create(
 )]
 pub async fn get(
     State(state): State<AppState>,
-    principal: Principal,
+    Scoped(principal, _): Scoped<ForBatch>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
-    principal.require(Scope::Batch)?;
     let b = batches(&state)?;
     let l = b.get(&principal.tenant, &batch_id(&id)?).await?;
     Ok(axum::Json(batch_object(&l)).into_response())
@@ -171,10 +169,9 @@ pub struct ListQuery {
 )]
 pub async fn list(
     State(state): State<AppState>,
-    principal: Principal,
+    Scoped(principal, _): Scoped<ForBatch>,
     ApiQuery(q): ApiQuery<ListQuery>,
 ) -> Result<Response, ApiError> {
-    principal.require(Scope::Batch)?;
     let limit = match q.limit {
         None => 20,
         Some(n @ 1..=100) => n,
@@ -212,10 +209,9 @@ pub async fn list(
 )]
 pub async fn cancel(
     State(state): State<AppState>,
-    principal: Principal,
+    Scoped(principal, _): Scoped<ForBatch>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
-    principal.require(Scope::Batch)?;
     let b = batches(&state)?;
     let l = b
         .cancel(&principal.tenant, &principal.name, &batch_id(&id)?)

@@ -11,7 +11,7 @@ use stoker_schemas::openai::{
     CompletionChoice, CompletionRequest,
 };
 
-use crate::auth::{Principal, Scope};
+use crate::auth::{ForInference, Scoped};
 use crate::edge::generate;
 use crate::edge::reqlog::LogSlot;
 use crate::edge::routing::{self, Target};
@@ -47,12 +47,11 @@ use crate::state::{AppState, unix_now};
 )]
 pub async fn chat_completions(
     State(state): State<AppState>,
+    Scoped(principal, _): Scoped<ForInference>,
     Extension(slot): Extension<LogSlot>,
-    principal: Principal,
     headers: HeaderMap,
     ApiJson(req): ApiJson<ChatCompletionRequest>,
 ) -> Result<Response, ApiError> {
-    principal.require(Scope::Inference)?;
     slot.tenant(&principal.tenant);
     let target = route(&state, &slot, &req.model, req.user.as_deref()).await?;
     let deadline = validate::deadline(&headers)?;
@@ -97,12 +96,11 @@ async fn route(
 )]
 pub async fn completions(
     State(state): State<AppState>,
+    Scoped(principal, _): Scoped<ForInference>,
     Extension(slot): Extension<LogSlot>,
-    principal: Principal,
     headers: HeaderMap,
     ApiJson(req): ApiJson<CompletionRequest>,
 ) -> Result<Response, ApiError> {
-    principal.require(Scope::Inference)?;
     slot.tenant(&principal.tenant);
     let target = route(&state, &slot, &req.model, req.user.as_deref()).await?;
     let deadline = validate::deadline(&headers)?;

@@ -11,7 +11,7 @@ use stoker_controlplane::batch::file_id;
 use stoker_controlplane::batch::files::FileRecord;
 use stoker_schemas::batch::{FileDeleted, FileList, FileObject};
 
-use crate::auth::{Principal, Scope};
+use crate::auth::{ForBatch, Scoped};
 use crate::error::ApiError;
 use crate::http::extract::{ApiPath, ApiQuery};
 use crate::state::AppState;
@@ -67,10 +67,9 @@ fn multipart_error(e: axum::extract::multipart::MultipartError, limit: usize) ->
 )]
 pub async fn upload(
     State(state): State<AppState>,
-    principal: Principal,
+    Scoped(principal, _): Scoped<ForBatch>,
     multipart: Result<Multipart, axum::extract::multipart::MultipartRejection>,
 ) -> Result<Response, ApiError> {
-    principal.require(Scope::Batch)?;
     let b = batches(&state)?;
     let limit = b.settings().limits.max_bytes;
     let mut multipart = multipart.map_err(|e| ApiError::InvalidValue {
@@ -135,14 +134,14 @@ pub struct ListQuery {
     tag = "batch",
     params(("purpose" = Option<String>, Query, description = "Only files of this purpose"),
            ("limit" = Option<u32>, Query, description = "At most this many (1 to 10000)")),
-    responses((status = 200, description = "The files", body = FileList))
+    responses((status = 200, description = "The files", body = FileList),
+              (status = 400, description = "A malformed query (`limit` not 1 to 10000)", body = stoker_schemas::error::ErrorBody))
 )]
 pub async fn list(
     State(state): State<AppState>,
-    principal: Principal,
+    Scoped(principal, _): Scoped<ForBatch>,
     ApiQuery(q): ApiQuery<ListQuery>,
 ) -> Result<Response, ApiError> {
-    principal.require(Scope::Batch)?;
     let limit = q.limit.unwrap_or(10_000).clamp(1, 10_000);
     let files = batches(&state)?.files(&principal.tenant, limit).await?;
     let data = files
@@ -171,10 +170,9 @@ pub async fn list(
 )]
 pub async fn get(
     State(state): State<AppState>,
-    principal: Principal,
+    Scoped(principal, _): Scoped<ForBatch>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
-    principal.require(Scope::Batch)?;
     let b = batches(&state)?;
     let f = b.file(&principal.tenant, &file_id(&id)?).await?;
     Ok(axum::Json(file_object(&f)).into_response())
@@ -193,10 +191,9 @@ pub async fn get(
 )]
 pub async fn content(
     State(state): State<AppState>,
-    principal: Principal,
+    Scoped(principal, _): Scoped<ForBatch>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
-    principal.require(Scope::Batch)?;
     let b = batches(&state)?;
     let bytes = b.file_content(&principal.tenant, &file_id(&id)?).await?;
     let mut resp = bytes.into_response();
@@ -221,10 +218,9 @@ pub async fn content(
 )]
 pub async fn delete(
     State(state): State<AppState>,
-    principal: Principal,
+    Scoped(principal, _): Scoped<ForBatch>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
-    principal.require(Scope::Batch)?;
     let b = batches(&state)?;
     let id = file_id(&id)?;
     b.delete_file(&principal.tenant, &id).await?;

@@ -22,11 +22,12 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
 
-use crate::auth::Principal;
+use crate::auth::{Principal, ScopeMarker, Scoped};
 use crate::backend::Provenance;
 use crate::edge::reqlog::LogSlot;
 use crate::error::{ApiError, RejectedCode};
 use crate::state::AppState;
+use stoker_schemas::codes::ErrorCode;
 
 pub fn router(state: AppState) -> Router {
     // Uploads may be as large as the batch file limit, plus multipart framing.
@@ -89,9 +90,17 @@ async fn edge(State(state): State<AppState>, mut req: Request, next: Next) -> Re
     }
     req.extensions_mut().insert(request_id.clone());
     let mut resp = next.run(req).await;
-    if let (Some(slot), Some(c)) = (&slot, state.control()) {
-        if let Some(code) = resp.extensions().get::<RejectedCode>() {
-            slot.failed(code.0);
+    let rejected = resp.extensions().get::<RejectedCode>().map(|c| c.0);
+    // A caller without a valid key, or without the scope, leaves no row: an
+    // unauthenticated client cannot make the server write, and what it was
+    // refused is counted in `stoker_requests_rejected_total` all the same.
+    let unauthorized = matches!(
+        rejected,
+        Some(ErrorCode::InvalidApiKey | ErrorCode::InsufficientScope)
+    );
+    if let (Some(slot), Some(c), false) = (&slot, state.control(), unauthorized) {
+        if let Some(code) = rejected {
+            slot.failed(code);
         }
         if !slot.is_deferred() {
             slot.write(&c.log, resp.status().as_u16());
@@ -124,6 +133,16 @@ async fn edge(State(state): State<AppState>, mut req: Request, next: Next) -> Re
 /// The id of this request, as sent back in `x-request-id`; a request
 /// extension set by the edge.
 pub use stoker_schemas::ids::RequestId;
+
+impl<S: ScopeMarker> FromRequestParts<AppState> for Scoped<S> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let p = Principal::from_request_parts(parts, state).await?;
+        p.require(S::SCOPE)?;
+        Ok(Scoped(p, std::marker::PhantomData))
+    }
+}
 
 impl FromRequestParts<AppState> for Principal {
     type Rejection = ApiError;

@@ -4,7 +4,7 @@ use axum::Json;
 use axum::extract::{Path, State};
 use stoker_schemas::openai::{ModelCard, ModelList};
 
-use crate::auth::{Principal, Scope};
+use crate::auth::{ForInference, Scoped};
 use crate::backend::Served;
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -28,9 +28,8 @@ fn card(s: &Served) -> ModelCard {
         (status = 503, description = "Still loading", body = stoker_schemas::error::ErrorBody)))]
 pub async fn list_models(
     State(state): State<AppState>,
-    principal: Principal,
+    _: Scoped<ForInference>,
 ) -> Result<Json<ModelList>, ApiError> {
-    principal.require(Scope::Inference)?;
     let s = state.served().ok_or_else(|| not_loaded(&state))?;
     Ok(Json(ModelList {
         object: "list".into(),
@@ -45,10 +44,9 @@ pub async fn list_models(
         (status = 404, body = stoker_schemas::error::ErrorBody)))]
 pub async fn get_model(
     State(state): State<AppState>,
-    principal: Principal,
+    _: Scoped<ForInference>,
     Path(id): Path<String>,
 ) -> Result<Json<ModelCard>, ApiError> {
-    principal.require(Scope::Inference)?;
     let s = state.served().ok_or_else(|| not_loaded(&state))?;
     if id == s.provenance.model_id || id == s.provenance.revision {
         Ok(Json(card(s)))

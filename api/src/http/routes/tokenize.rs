@@ -8,7 +8,7 @@ use stoker_schemas::openai::{
     DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse,
 };
 
-use crate::auth::{Principal, Scope};
+use crate::auth::{ForInference, Scoped};
 use crate::edge::routing::{self, Target};
 use crate::edge::validate;
 use crate::error::ApiError;
@@ -44,10 +44,9 @@ async fn target_for(state: &AppState, model: Option<&str>) -> Result<Target, Api
         (status = 503, description = "Still loading", body = stoker_schemas::error::ErrorBody)))]
 pub async fn tokenize(
     State(state): State<AppState>,
-    principal: Principal,
+    _: Scoped<ForInference>,
     ApiJson(req): ApiJson<TokenizeRequest>,
 ) -> Result<Json<TokenizeResponse>, ApiError> {
-    principal.require(Scope::Inference)?;
     let t = target_for(&state, req.model.as_deref()).await?;
     let tok = t.served.artifact.tokenizer();
     let tokens = match (&req.prompt, &req.messages) {
@@ -99,10 +98,9 @@ pub async fn tokenize(
         (status = 503, description = "Still loading", body = stoker_schemas::error::ErrorBody)))]
 pub async fn detokenize(
     State(state): State<AppState>,
-    principal: Principal,
+    _: Scoped<ForInference>,
     ApiJson(req): ApiJson<DetokenizeRequest>,
 ) -> Result<Json<DetokenizeResponse>, ApiError> {
-    principal.require(Scope::Inference)?;
     if req.tokens.len() > MAX_DETOKENIZE_TOKENS {
         return Err(ApiError::invalid(
             format!("at most {MAX_DETOKENIZE_TOKENS} token ids per call"),
