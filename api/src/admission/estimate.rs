@@ -76,6 +76,16 @@ impl TtftEstimate {
     pub fn total(&self) -> Duration {
         self.ahead() + self.own_prefill
     }
+
+    /// The wait ahead scaled by `factor` (0 leaves it as it is): what
+    /// admission learned of how this estimate compares with the waits seen.
+    pub fn calibrated(mut self, factor: f64) -> Self {
+        if factor > 0.0 && factor.is_finite() {
+            self.queue = self.queue.mul_f64(factor);
+            self.prefill_ahead = self.prefill_ahead.mul_f64(factor);
+        }
+        self
+    }
 }
 
 /// Seconds at most any part of the estimate says: a day is "never".

@@ -61,6 +61,10 @@ struct Inner {
     active_tokens: usize,
     /// Smoothed output tokens of the requests that finished.
     output_tokens_ewma: Option<f64>,
+    /// How much longer than estimated requests waited to start, as a high
+    /// quantile of actual / estimated (see [`Inner::calibrate`]); 0 until
+    /// the first observation, read as 1.
+    calibration: f64,
     /// Recent finish times, for the drain rate.
     finishes: VecDeque<Instant>,
     /// The envelope in force, if a profile was recorded for this revision.
@@ -105,6 +109,33 @@ impl Inner {
 
 /// Weight of a finished request's output in the smoothed mean.
 const OUTPUT_EWMA: f64 = 0.1;
+
+/// Estimated waits shorter than this teach calibration nothing (a few
+/// milliseconds of scheduling noise would read as a large ratio).
+const CALIBRATE_FROM: Duration = Duration::from_millis(200);
+/// The calibration factor stays within these bounds.
+const CALIBRATION: (f64, f64) = (0.5, 4.0);
+
+impl Inner {
+    /// Learns from a request that waited `actual` where `estimated` was
+    /// said: the factor moves up fast and down slowly (steps of 0.2 and 0.02
+    /// of the gap), so it settles near the 90th percentile of the ratio, and
+    /// the objective then holds for most admitted requests, not half of them.
+    fn calibrate(&mut self, estimated: Duration, actual: Duration) {
+        if estimated < CALIBRATE_FROM {
+            return;
+        }
+        let ratio =
+            (actual.as_secs_f64() / estimated.as_secs_f64()).clamp(CALIBRATION.0, CALIBRATION.1);
+        let c = if self.calibration > 0.0 {
+            self.calibration
+        } else {
+            1.0
+        };
+        let step = if ratio > c { 0.2 } else { 0.02 };
+        self.calibration = (c + step * (ratio - c)).clamp(CALIBRATION.0, CALIBRATION.1);
+    }
+}
 
 #[derive(Debug)]
 pub struct Admission {
@@ -155,6 +186,9 @@ pub struct AdmissionReport {
     pub max_ttft_ms: Option<u64>,
     /// The estimated time to first token of a 1-token prompt arriving now.
     pub ttft_estimate_ms: u64,
+    /// The factor the estimate's wait is scaled by, learned from how long
+    /// admitted requests actually waited (1 before any was measured).
+    pub ttft_estimate_calibration: f64,
     /// The engine's step planner: the latency targets it packs steps to.
     pub planner: PlannerReport,
 }
@@ -264,7 +298,8 @@ impl Admission {
             &g.queue_view(l.max_num_seqs, Instant::now()),
             &speed(engine, profile.as_ref()),
             1,
-        );
+        )
+        .calibrated(g.calibration);
         AdmissionReport {
             source: if profile.is_some() {
                 "profile"
@@ -282,6 +317,11 @@ impl Admission {
             prefill_tok_s,
             max_ttft_ms: l.max_ttft.map(|d| d.as_millis() as u64),
             ttft_estimate_ms: ttft.total().as_millis() as u64,
+            ttft_estimate_calibration: if g.calibration > 0.0 {
+                g.calibration
+            } else {
+                1.0
+            },
             profile,
             planner: PlannerReport::of(&engine.planner),
         }
@@ -308,6 +348,49 @@ impl Admission {
     pub fn admit(self: &Arc<Self>, d: Demand, engine: &EngineStats) -> Result<Ticket, ApiError> {
         let now = Instant::now();
         let mut g = self.inner.lock().unwrap();
+        let ttft = self.check(&mut g, &d, engine, now)?;
+        let tokens = d.prompt_tokens + d.max_tokens;
+        g.waiting += 1;
+        g.waiting_tokens += tokens;
+        g.waiting_prompt_tokens += d.prompt_tokens;
+        g.active_tokens += tokens;
+        Ok(Ticket {
+            adm: self.clone(),
+            tokens,
+            prompt_tokens: d.prompt_tokens,
+            state: TicketState::Waiting,
+            generated: None,
+            admitted_at: now,
+            estimated_ahead: ttft.ahead(),
+        })
+    }
+
+    /// Refuses at once what any request would be refused now (the queue is
+    /// full, or the wait ahead passes the objective), before the request is
+    /// tokenized: under overload most arrivals are refused, and refusing
+    /// them must not take the CPU the admitted ones run on. Every check here
+    /// only grows with the request, so what passes may still be refused by
+    /// [`Admission::admit`], never the other way round.
+    pub fn shed(&self, engine: &EngineStats) -> Result<(), ApiError> {
+        let empty = Demand {
+            prompt_tokens: 0,
+            max_tokens: 0,
+            deadline: None,
+        };
+        let mut g = self.inner.lock().unwrap();
+        self.check(&mut g, &empty, engine, Instant::now())
+            .map(|_| ())
+    }
+
+    /// Every admission check; the estimate of the request's wait when it
+    /// passes them.
+    fn check(
+        &self,
+        g: &mut Inner,
+        d: &Demand,
+        engine: &EngineStats,
+        now: Instant,
+    ) -> Result<TtftEstimate, ApiError> {
         let rate = g.drain_rate(now);
         let tokens = d.prompt_tokens + d.max_tokens;
         let l = &self.limits;
@@ -348,7 +431,7 @@ impl Admission {
             };
             return Err(ApiError::Overloaded {
                 message,
-                retry_after: self.clamp(drain(excess, &g)),
+                retry_after: self.clamp(drain(excess, g)),
             });
         }
         if let Some(p) = profile.as_deref()
@@ -361,7 +444,7 @@ impl Admission {
                      measured envelope of {} (capacity profile `{}`); retry later",
                     g.active_tokens, tokens, p.active_tokens, p.workload
                 ),
-                retry_after: self.clamp(drain(outstanding.max(1), &g)),
+                retry_after: self.clamp(drain(outstanding.max(1), g)),
             });
         }
         if g.waiting > 0 && g.waiting_tokens + tokens > l.max_waiting_tokens {
@@ -370,7 +453,7 @@ impl Admission {
                     "the waiting queue holds {} tokens; this request's {} would pass the bound of {}",
                     g.waiting_tokens, tokens, l.max_waiting_tokens
                 ),
-                retry_after: self.clamp(drain(g.waiting.max(1), &g)),
+                retry_after: self.clamp(drain(g.waiting.max(1), g)),
             });
         }
         let blocks = |t: usize| t.div_ceil(BLOCK_SIZE);
@@ -380,14 +463,15 @@ impl Admission {
             return Err(ApiError::Overloaded {
                 message: "the KV cache has no headroom for more waiting prompts; retry later"
                     .into(),
-                retry_after: self.clamp(drain(g.waiting.max(1), &g)),
+                retry_after: self.clamp(drain(g.waiting.max(1), g)),
             });
         }
         let ttft = estimate::estimate(
             &g.queue_view(l.max_num_seqs, now),
             &speed(engine, profile.as_deref()),
             d.prompt_tokens,
-        );
+        )
+        .calibrated(g.calibration);
         if let Some(deadline) = d.deadline
             && ttft.total() > deadline
         {
@@ -409,17 +493,7 @@ impl Admission {
                 retry_after: self.clamp(ttft.total() - objective),
             });
         }
-        g.waiting += 1;
-        g.waiting_tokens += tokens;
-        g.waiting_prompt_tokens += d.prompt_tokens;
-        g.active_tokens += tokens;
-        Ok(Ticket {
-            adm: self.clone(),
-            tokens,
-            prompt_tokens: d.prompt_tokens,
-            state: TicketState::Waiting,
-            generated: None,
-        })
+        Ok(ttft)
     }
 }
 
@@ -491,6 +565,9 @@ pub struct Ticket {
     state: TicketState,
     /// Output tokens the request made, once it finished.
     generated: Option<usize>,
+    admitted_at: Instant,
+    /// The estimated wait before its prefill, when it was admitted.
+    estimated_ahead: Duration,
 }
 
 impl Ticket {
@@ -509,6 +586,7 @@ impl Ticket {
             g.waiting_prompt_tokens -= self.prompt_tokens;
             g.running += 1;
             g.running_prompt_tokens += self.prompt_tokens;
+            g.calibrate(self.estimated_ahead, self.admitted_at.elapsed());
             self.state = TicketState::Running;
         }
     }

@@ -317,3 +317,70 @@ mod objective {
         a.admit(d, &s).unwrap();
     }
 }
+
+mod calibration {
+    use super::super::*;
+
+    fn adm() -> Arc<Admission> {
+        Admission::new(AdmissionLimits {
+            max_num_seqs: 1,
+            max_waiting_requests: 64,
+            max_waiting_tokens: 1 << 30,
+            max_retry_after: Duration::from_secs(60),
+            out_of_envelope_factor: 4.0,
+            max_ttft: Some(Duration::from_millis(3000)),
+        })
+    }
+
+    #[test]
+    fn waits_longer_than_estimated_raise_the_estimate_and_short_ones_lower_it_slowly() {
+        let a = adm();
+        let mut g = a.inner.lock().unwrap();
+        let est = Duration::from_secs(1);
+        g.calibrate(est, Duration::from_secs(2));
+        assert!((g.calibration - 1.2).abs() < 1e-9, "{}", g.calibration);
+        for _ in 0..50 {
+            g.calibrate(est, Duration::from_secs(2));
+        }
+        assert!(g.calibration > 1.9, "{}", g.calibration);
+        let high = g.calibration;
+        g.calibrate(est, Duration::from_millis(500));
+        assert!(g.calibration < high && g.calibration > high - 0.05);
+        // Tiny estimates teach nothing; absurd ratios are clamped.
+        let before = g.calibration;
+        g.calibrate(Duration::from_millis(5), Duration::from_secs(60));
+        assert_eq!(g.calibration, before);
+        for _ in 0..200 {
+            g.calibrate(est, Duration::from_secs(3600));
+        }
+        assert!(g.calibration <= 4.0);
+    }
+
+    #[test]
+    fn shed_refuses_only_what_admit_would_refuse_for_any_prompt() {
+        let a = adm();
+        let mut s = EngineStats {
+            kv_blocks_free: 1 << 20,
+            kv_blocks_total: 1 << 20,
+            prefill_tokens_per_second_ewma: 1000.0,
+            ..Default::default()
+        };
+        s.planner.cost.fixed_ms = 4.0;
+        s.planner.cost.per_token_ms = 1.0;
+        let demand = |m| Demand {
+            prompt_tokens: 10,
+            max_tokens: m,
+            deadline: None,
+        };
+        a.shed(&s).unwrap();
+        let mut t = a.admit(demand(400), &s).unwrap();
+        t.started();
+        // One slot held for 400 tokens at 5 ms: 2 s ahead, within 3 s.
+        a.shed(&s).unwrap();
+        let _queued = a.admit(demand(400), &s).unwrap();
+        // Two ahead: 4 s, past the objective for any prompt.
+        let e = a.shed(&s).unwrap_err();
+        assert!(e.to_string().contains("admission.max_ttft_ms"), "{e}");
+        assert!(a.admit(demand(1), &s).is_err());
+    }
+}

@@ -82,7 +82,7 @@ struct Common<'a> {
 /// traffic and skips edge admission); `auto`, `default` and none are
 /// interactive. Anything else is refused by name rather than served at a
 /// tier the client did not ask for.
-fn lane_of(tier: Option<&str>) -> Result<Lane, ApiError> {
+pub(crate) fn lane_of(tier: Option<&str>) -> Result<Lane, ApiError> {
     match tier {
         None | Some("auto") | Some("default") => Ok(Lane::Interactive),
         Some("flex") => Ok(Lane::Batch),
