@@ -371,11 +371,13 @@ impl Admission {
     /// them must not take the CPU the admitted ones run on. Every check here
     /// only grows with the request, so what passes may still be refused by
     /// [`Admission::admit`], never the other way round.
-    pub fn shed(&self, engine: &EngineStats) -> Result<(), ApiError> {
+    /// A client's deadline is checked first, as `admit` checks it, so the
+    /// refusal says `deadline_infeasible` when that is what fails.
+    pub fn shed(&self, engine: &EngineStats, deadline: Option<Duration>) -> Result<(), ApiError> {
         let empty = Demand {
             prompt_tokens: 0,
             max_tokens: 0,
-            deadline: None,
+            deadline,
         };
         let mut g = self.inner.lock().unwrap();
         self.check(&mut g, &empty, engine, Instant::now())

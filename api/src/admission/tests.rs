@@ -372,15 +372,22 @@ mod calibration {
             max_tokens: m,
             deadline: None,
         };
-        a.shed(&s).unwrap();
+        a.shed(&s, None).unwrap();
         let mut t = a.admit(demand(400), &s).unwrap();
         t.started();
         // One slot held for 400 tokens at 5 ms: 2 s ahead, within 3 s.
-        a.shed(&s).unwrap();
+        a.shed(&s, None).unwrap();
         let _queued = a.admit(demand(400), &s).unwrap();
         // Two ahead: 4 s, past the objective for any prompt.
-        let e = a.shed(&s).unwrap_err();
+        let e = a.shed(&s, None).unwrap_err();
         assert!(e.to_string().contains("admission.max_ttft_ms"), "{e}");
         assert!(a.admit(demand(1), &s).is_err());
+        // With a deadline that fails too, the refusal names the deadline.
+        let e = a.shed(&s, Some(Duration::from_millis(100))).unwrap_err();
+        assert_eq!(
+            e.code(),
+            stoker_schemas::codes::ErrorCode::DeadlineInfeasible,
+            "{e}"
+        );
     }
 }

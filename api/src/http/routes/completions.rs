@@ -55,7 +55,7 @@ pub async fn chat_completions(
     slot.tenant(&principal.tenant);
     let target = route(&state, &slot, &req.model, req.user.as_deref()).await?;
     let deadline = validate::deadline(&headers)?;
-    shed(&state, &target, req.service_tier.as_deref())?;
+    shed(&state, &target, req.service_tier.as_deref(), deadline)?;
     let prepared = validate::chat(req, &principal.tenant, &target)?;
     run(state.clone(), target, slot, prepared, deadline, Kind::Chat).await
 }
@@ -63,9 +63,16 @@ pub async fn chat_completions(
 /// Refuses an interactive request before its prompt is rendered and
 /// tokenized when admission would refuse any request now: under overload,
 /// refusals must cost less than the work they protect.
-fn shed(state: &AppState, target: &Target, tier: Option<&str>) -> Result<(), ApiError> {
+fn shed(
+    state: &AppState,
+    target: &Target,
+    tier: Option<&str>,
+    deadline: Option<std::time::Duration>,
+) -> Result<(), ApiError> {
     match validate::lane_of(tier) {
-        Ok(Lane::Interactive) => state.admission.shed(&target.served.backend.stats()),
+        Ok(Lane::Interactive) => state
+            .admission
+            .shed(&target.served.backend.stats(), deadline),
         // The batch lane skips edge admission; a bad tier is named later.
         Ok(Lane::Batch) | Err(_) => Ok(()),
     }
@@ -116,7 +123,7 @@ pub async fn completions(
     slot.tenant(&principal.tenant);
     let target = route(&state, &slot, &req.model, req.user.as_deref()).await?;
     let deadline = validate::deadline(&headers)?;
-    shed(&state, &target, req.service_tier.as_deref())?;
+    shed(&state, &target, req.service_tier.as_deref(), deadline)?;
     let prepared = validate::completion(req, &principal.tenant, &target)?;
     run(
         state.clone(),
