@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc as tmpsc;
 
 use super::events::{EngineEvent, FinishReason, Timings, Usage};
+use super::rate::Rate;
 use super::stats::EngineStats;
 use super::{Command, EngineConfig, ModelInfo};
 use crate::detokenize::IncrementalDetokenizer;
@@ -78,6 +79,15 @@ pub(super) struct EngineCore {
     /// that choice's id.
     parked: HashMap<SeqId, Vec<Parked>>,
     attention_order: AttentionOrder,
+    rates: Rates,
+}
+
+/// The token rates behind the stats' `*_tokens_per_second_ewma` figures.
+#[derive(Default)]
+struct Rates {
+    all: Rate,
+    prefill: Rate,
+    decode: Rate,
 }
 
 const EWMA: f64 = 0.1;
@@ -126,6 +136,7 @@ impl EngineCore {
             constraints: MaskAhead::default(),
             parked: HashMap::new(),
             attention_order: config.attention_order,
+            rates: Rates::default(),
         };
         core.refresh_gauges();
         Ok(core)
@@ -150,7 +161,7 @@ impl EngineCore {
             if self.seqs.is_empty() {
                 match rx.recv() {
                     Ok(cmd) => {
-                        if !self.handle(cmd) {
+                        if !self.handle(cmd, shared) {
                             break;
                         }
                     }
@@ -161,7 +172,7 @@ impl EngineCore {
             loop {
                 match rx.try_recv() {
                     Ok(cmd) => {
-                        if !self.handle(cmd) {
+                        if !self.handle(cmd, shared) {
                             shutdown = true;
                             break;
                         }
@@ -186,7 +197,7 @@ impl EngineCore {
                 // Nothing could run (should be rare): wait for a command
                 // rather than spin.
                 if let Ok(cmd) = rx.recv_timeout(Duration::from_millis(5))
-                    && !self.handle(cmd)
+                    && !self.handle(cmd, shared)
                 {
                     break;
                 }
@@ -200,7 +211,7 @@ impl EngineCore {
     }
 
     /// Returns false on shutdown.
-    fn handle(&mut self, cmd: Command) -> bool {
+    fn handle(&mut self, cmd: Command, shared: &Mutex<EngineStats>) -> bool {
         match cmd {
             Command::Submit {
                 seq,
@@ -238,6 +249,22 @@ impl EngineCore {
                     }
                     self.stats.planner = self.sched.planner();
                 }
+            }
+            Command::ForgetSpeed(done) => {
+                // The warm-up's steps paid for first touches of the weights
+                // and the KV pool, and its one-token prompt is all fixed
+                // cost: as rates they say nothing of how fast requests will
+                // be served. The step-cost model keeps them: it separates
+                // fixed from per-token cost, and its later fits outweigh two
+                // steps.
+                self.rates = Rates::default();
+                self.stats.step_time_ewma = Duration::ZERO;
+                self.stats.tokens_per_second_ewma = 0.0;
+                self.stats.prefill_tokens_per_second_ewma = 0.0;
+                self.stats.decode_tokens_per_second_ewma = 0.0;
+                self.refresh_gauges();
+                *shared.lock().unwrap() = self.stats.clone();
+                let _ = done.send(());
             }
             Command::Shutdown => return false,
         }
@@ -441,22 +468,12 @@ impl EngineCore {
         };
         self.stats.step_time_ewma =
             Duration::from_secs_f64(ewma(self.stats.step_time_ewma.as_secs_f64(), secs));
-        self.stats.tokens_per_second_ewma = ewma(
-            self.stats.tokens_per_second_ewma,
-            (prefill_tokens + decode_tokens) as f64 / secs,
-        );
-        if prefill_tokens > 0 {
-            self.stats.prefill_tokens_per_second_ewma = ewma(
-                self.stats.prefill_tokens_per_second_ewma,
-                prefill_tokens as f64 / secs,
-            );
-        }
-        if decode_tokens > 0 {
-            self.stats.decode_tokens_per_second_ewma = ewma(
-                self.stats.decode_tokens_per_second_ewma,
-                decode_tokens as f64 / secs,
-            );
-        }
+        self.rates.all.observe(prefill_tokens + decode_tokens, secs);
+        self.rates.prefill.observe(prefill_tokens, secs);
+        self.rates.decode.observe(decode_tokens, secs);
+        self.stats.tokens_per_second_ewma = self.rates.all.per_second();
+        self.stats.prefill_tokens_per_second_ewma = self.rates.prefill.per_second();
+        self.stats.decode_tokens_per_second_ewma = self.rates.decode.per_second();
         self.refresh_gauges();
         true
     }

@@ -11,6 +11,7 @@
 mod core;
 pub mod events;
 mod masks;
+mod rate;
 pub mod stats;
 pub mod step_stats;
 
@@ -94,6 +95,9 @@ pub(crate) enum Command {
     Preempt(SeqId),
     /// New step-planner targets (a capacity profile came into force).
     SetPlanner(crate::scheduler::PlannerConfig),
+    /// Drops the step time and token rates the steps so far measured (after
+    /// the warm-up); the sender hears once the published stats show it.
+    ForgetSpeed(std::sync::mpsc::Sender<()>),
     Shutdown,
 }
 
@@ -288,6 +292,7 @@ impl Engine {
     }
 
     /// Runs one short greedy generation end to end; readiness waits on this.
+    /// The step time and token rates its steps measured are then forgotten.
     pub fn warm_up(&self) -> Result<(), EngineError> {
         let prompt = self
             .tokenizer
@@ -302,6 +307,10 @@ impl Engine {
         )?;
         let mut h = self.submit(req)?;
         let out = h.collect_blocking();
+        let (done, forgotten) = std::sync::mpsc::channel();
+        if self.tx.send(Command::ForgetSpeed(done)).is_ok() {
+            let _ = forgotten.recv();
+        }
         match out.error {
             Some(e) => Err(e),
             None => Ok(()),

@@ -29,7 +29,8 @@ pub struct EngineStats {
     pub prompt_tokens_total: u64,
     pub generation_tokens_total: u64,
     pub steps_total: u64,
-    /// Exponentially smoothed duration of a step, and tokens per step.
+    /// Exponentially smoothed duration of a step, and tokens per second over
+    /// recent steps (weighted by their tokens, see `engine::rate`).
     pub step_time_ewma: Duration,
     pub tokens_per_second_ewma: f64,
     pub prefill_tokens_per_second_ewma: f64,

@@ -221,6 +221,30 @@ fn max_tokens_ends_with_length_and_usage_counts_tokens() {
     assert!(c.timings.ttft <= c.timings.total);
 }
 
+/// The warm-up's steps (a cold first touch of the weights, a one-token
+/// prompt) say nothing of serving speed: admission would read them as a
+/// prefill rate of a few dozen tokens a second and refuse the first burst.
+#[test]
+fn the_warm_up_leaves_no_measured_rates_and_real_prompts_set_them() {
+    let engine = engine(EngineConfig::default());
+    engine.warm_up().unwrap();
+    wait_until(|| engine.stats().steps_total >= 2, "the warm-up's steps");
+    let s = engine.stats();
+    assert_eq!(s.prefill_tokens_per_second_ewma, 0.0, "{s:?}");
+    assert_eq!(s.step_time_ewma, Duration::ZERO, "{s:?}");
+    assert!(
+        s.planner.cost.observations >= 2,
+        "the cost model keeps them"
+    );
+    let prompt = chat_prompt(&engine, "Describe the moon.");
+    let n = prompt.len();
+    greedy_ids(&engine, prompt, 2);
+    let s = engine.stats();
+    assert!(s.prefill_tokens_per_second_ewma > 0.0, "{s:?}");
+    assert!(s.step_time_ewma > Duration::ZERO, "{s:?}");
+    assert!(n > 10, "a real prompt: {n} tokens");
+}
+
 #[test]
 fn a_stop_string_ends_the_request_and_is_never_streamed() {
     let engine = engine(EngineConfig::default());

@@ -127,7 +127,13 @@ async fn chat(client: &reqwest::Client, server: &Server, user: &str) -> (String,
         .send()
         .await
         .expect("chat request");
-    assert_eq!(resp.status().as_u16(), 200, "chat for {user}");
+    if resp.status() != 200 {
+        let status = resp.status();
+        panic!(
+            "chat for {user}: {status} {}",
+            resp.text().await.unwrap_or_default()
+        );
+    }
     let h = |k: &str| {
         resp.headers()
             .get(k)
