@@ -5,6 +5,7 @@
 use anyhow::Context;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
@@ -180,6 +181,38 @@ pub struct LimitsConfig {
     pub max_output_tokens: usize,
     /// Request bodies larger than this are refused with 413.
     pub max_body_bytes: usize,
+    /// A request's line and headers must arrive within this, and a
+    /// keep-alive connection idle this long is closed; 0 turns it off.
+    pub header_read_timeout_ms: u64,
+    /// A request body from which nothing arrives for this long is refused
+    /// with 408 `request_timeout`; 0 turns it off.
+    pub body_idle_timeout_ms: u64,
+    /// A connection whose client reads nothing of its response for this long
+    /// is closed, and its request cancelled; 0 turns it off.
+    pub write_stall_timeout_ms: u64,
+    /// Each connection's socket send buffer (`SO_SNDBUF`); 0 leaves it to
+    /// the kernel, which grows it up to `net.ipv4.tcp_wmem`'s maximum (often
+    /// 4 MiB). A client that stops reading is noticed only once that buffer
+    /// is full, so a smaller one bounds what it can hold.
+    pub send_buffer_bytes: usize,
+}
+
+impl LimitsConfig {
+    fn millis(ms: u64) -> Option<Duration> {
+        (ms > 0).then(|| Duration::from_millis(ms))
+    }
+
+    pub fn header_read_timeout(&self) -> Option<Duration> {
+        Self::millis(self.header_read_timeout_ms)
+    }
+
+    pub fn body_idle_timeout(&self) -> Option<Duration> {
+        Self::millis(self.body_idle_timeout_ms)
+    }
+
+    pub fn write_stall_timeout(&self) -> Option<Duration> {
+        Self::millis(self.write_stall_timeout_ms)
+    }
 }
 
 impl Default for LimitsConfig {
@@ -188,6 +221,10 @@ impl Default for LimitsConfig {
             max_input_tokens: 0,
             max_output_tokens: 0,
             max_body_bytes: 4 << 20,
+            header_read_timeout_ms: 60_000,
+            body_idle_timeout_ms: 30_000,
+            write_stall_timeout_ms: 30_000,
+            send_buffer_bytes: 0,
         }
     }
 }

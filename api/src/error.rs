@@ -58,6 +58,9 @@ pub enum ApiError {
     InsufficientScope(&'static str),
     #[error("the request body is larger than {limit} bytes")]
     PayloadTooLarge { limit: usize },
+    /// The body stopped arriving: a slow or stalled client.
+    #[error("no part of the request body arrived for {} ms; send it at once", .idle.as_millis())]
+    RequestTimeout { idle: Duration },
     #[error("{message}")]
     Overloaded {
         message: String,
@@ -126,6 +129,7 @@ impl ApiError {
             InvalidApiKey(_) => StatusCode::UNAUTHORIZED,
             InsufficientScope(_) => StatusCode::FORBIDDEN,
             PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            RequestTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Overloaded { .. }
             | DeadlineInfeasible { .. }
             | NotReady { .. }
@@ -150,6 +154,7 @@ impl ApiError {
             InvalidApiKey(_) => ErrorCode::InvalidApiKey,
             InsufficientScope(_) => ErrorCode::InsufficientScope,
             PayloadTooLarge { .. } => ErrorCode::PayloadTooLarge,
+            RequestTimeout { .. } => ErrorCode::RequestTimeout,
             Overloaded { .. } => ErrorCode::ServerOverloaded,
             DeadlineInfeasible { .. } => ErrorCode::DeadlineInfeasible,
             NotReady { .. } => ErrorCode::NotReady,
@@ -262,8 +267,8 @@ impl ApiError {
             },
             MissingField | ModelNotFound | NotFound | RevisionAbsent | FileNotFound
             | BatchNotFound | Conflict | MethodNotAllowed | InvalidApiKey | InsufficientScope
-            | PayloadTooLarge | TenantQuotaExceeded | BatchBacklogFull | InternalError
-            | InputFileMissing | BatchCancelled | BatchExpired | Unknown => {
+            | PayloadTooLarge | RequestTimeout | TenantQuotaExceeded | BatchBacklogFull
+            | InternalError | InputFileMissing | BatchCancelled | BatchExpired | Unknown => {
                 ApiError::Internal(format!("remote error {code}: {message}"))
             }
         }

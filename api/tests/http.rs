@@ -14,10 +14,14 @@
 mod admin;
 #[path = "http/fuzz.rs"]
 mod fuzz;
+#[path = "http/mass_cancel.rs"]
+mod mass_cancel;
 #[path = "http/objective.rs"]
 mod objective;
 #[path = "http/security.rs"]
 mod security;
+#[path = "http/slow_clients.rs"]
+mod slow_clients;
 #[path = "http/tokenize.rs"]
 mod tokenize;
 

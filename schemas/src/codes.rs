@@ -85,6 +85,9 @@ catalogue! {
     InsufficientScope = "insufficient_scope",
     /// 413: the request body is larger than the configured limit.
     PayloadTooLarge = "payload_too_large",
+    /// 408: the client sent the request body too slowly (nothing arrived
+    /// for `limits.body_idle_timeout_ms`).
+    RequestTimeout = "request_timeout",
     /// 503 with `Retry-After`: the waiting queue is full, or admission
     /// control refused the request for now.
     ServerOverloaded = "server_overloaded",

@@ -18,11 +18,35 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
         let limit = state.config.limits.max_body_bytes;
-        let body = req.into_body();
-        let bytes: Bytes = axum::body::to_bytes(body, limit)
-            .await
-            .map_err(|_| ApiError::PayloadTooLarge { limit })?;
+        let bytes = read_body(req, limit).await?;
         parse(&bytes).map(ApiJson)
+    }
+}
+
+/// Reads a whole body of at most `limit` bytes: larger is 413, a body that
+/// stopped arriving 408, and one the client broke off (a reset connection, a
+/// malformed chunk) 400.
+pub async fn read_body(req: Request, limit: usize) -> Result<Bytes, ApiError> {
+    axum::body::to_bytes(req.into_body(), limit)
+        .await
+        .map_err(|e| body_error(&e, limit))
+}
+
+/// The typed error for a failed body read (see [`read_body`]).
+pub fn body_error(e: &(dyn std::error::Error + 'static), limit: usize) -> ApiError {
+    if let Some(idle) = crate::http::body_timeout::BodyIdle::find(e) {
+        return ApiError::RequestTimeout { idle: idle.0 };
+    }
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return ApiError::PayloadTooLarge { limit };
+        }
+        cur = err.source();
+    }
+    ApiError::InvalidValue {
+        message: format!("the request body could not be read: {e}"),
+        param: None,
     }
 }
 
@@ -171,9 +195,7 @@ impl<T: DeserializeOwned + Default> FromRequest<AppState> for OptJson<T> {
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
         let limit = state.config.limits.max_body_bytes;
-        let bytes: Bytes = axum::body::to_bytes(req.into_body(), limit)
-            .await
-            .map_err(|_| ApiError::PayloadTooLarge { limit })?;
+        let bytes = read_body(req, limit).await?;
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(OptJson(T::default()));
         }

@@ -67,7 +67,8 @@ pub struct ApiDoc;
 
 /// Every route but the probes and metrics takes a bearer API key: the
 /// document says so once, here, with the 401 (no valid key) and 403 (the key
-/// lacks the route's scope) each such route can answer.
+/// lacks the route's scope) each such route can answer, and the 408 of a body
+/// that stopped arriving on those that take one.
 struct BearerKeys;
 
 impl Modify for BearerKeys {
@@ -93,13 +94,21 @@ impl Modify for BearerKeys {
                     "api_key",
                     Vec::<String>::new(),
                 )]);
-                for (code, what) in [
+                let mut answers = vec![
                     ("401", "No valid API key (`invalid_api_key`)"),
                     (
                         "403",
                         "The key lacks this route's scope (`insufficient_scope`)",
                     ),
-                ] {
+                ];
+                if op.request_body.is_some() {
+                    answers.push((
+                        "408",
+                        "Nothing of the body arrived for `limits.body_idle_timeout_ms` \
+                         (`request_timeout`)",
+                    ));
+                }
+                for (code, what) in answers {
                     op.responses
                         .responses
                         .entry(code.to_owned())

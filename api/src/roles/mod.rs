@@ -190,10 +190,16 @@ async fn run(
     }
     let app = routes::router(state.clone());
     let mut close_for_serve = close_rx.clone();
-    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+    let limits = crate::http::serve::ConnLimits {
+        header_read: state.config.limits.header_read_timeout(),
+        write_stall: state.config.limits.write_stall_timeout(),
+        send_buffer: (state.config.limits.send_buffer_bytes > 0)
+            .then_some(state.config.limits.send_buffer_bytes),
+    };
+    let server = crate::http::serve::serve(listener, app, limits, async move {
         let _ = close_for_serve.wait_for(|v| *v).await;
     });
-    let mut server = std::pin::pin!(server.into_future());
+    let mut server = std::pin::pin!(server);
     let mut loader = std::pin::pin!(loader);
     let mut closed = close_rx;
     let mut load_result: Option<anyhow::Result<()>> = None;

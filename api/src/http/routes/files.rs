@@ -42,7 +42,9 @@ pub fn file_object(f: &FileRecord) -> FileObject {
 }
 
 fn multipart_error(e: axum::extract::multipart::MultipartError, limit: usize) -> ApiError {
-    if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+    if let Some(idle) = crate::http::body_timeout::BodyIdle::find(&e) {
+        ApiError::RequestTimeout { idle: idle.0 }
+    } else if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
         ApiError::PayloadTooLarge { limit }
     } else {
         ApiError::InvalidValue {

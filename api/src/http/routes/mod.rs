@@ -74,8 +74,8 @@ async fn method_not_allowed(method: Method) -> ApiError {
     ApiError::MethodNotAllowed(method.to_string())
 }
 
-/// Gives every request an id, opens the request-log row of generation
-/// requests, adds provenance headers to every response, and counts error
+/// Gives every request an id, bounds how long its body may stall, opens the
+/// request-log row of generation requests, adds provenance headers to every response, and counts error
 /// responses by code.
 async fn edge(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
     let request_id = RequestId::generate();
@@ -89,6 +89,9 @@ async fn edge(State(state): State<AppState>, mut req: Request, next: Next) -> Re
         req.extensions_mut().insert(s.clone());
     }
     req.extensions_mut().insert(request_id.clone());
+    if let Some(idle) = state.config.limits.body_idle_timeout() {
+        req = req.map(|b| crate::http::body_timeout::IdleBody::wrap(b, idle));
+    }
     let mut resp = next.run(req).await;
     let rejected = resp.extensions().get::<RejectedCode>().map(|c| c.0);
     // A caller without a valid key, or without the scope, leaves no row: an
