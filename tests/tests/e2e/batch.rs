@@ -6,12 +6,14 @@
 //!   still holds every line exactly once with the online API's greedy output;
 //! * `bad_input`: every malformed upload or batch request refused with its typed
 //!   error and nothing stored, one table snapshot-tested with `insta`;
-//! * `files_and_listing`: a good file stored as sent, batches that fit, paging.
+//! * `files_and_listing`: a good file stored as sent, batches that fit, paging;
+//! * `cancel`: a running batch cancelled: its rows stop, each line written once.
 //!
 //! This file holds what they (and the distributed and architecture suites) share:
 //! the HTTP helpers, the JSONL line builders and the polling of a batch.
 
 mod bad_input;
+mod cancel;
 mod clients;
 mod files_and_listing;
 mod kill9;
