@@ -121,9 +121,14 @@ impl CapacityView {
     }
 
     /// The executor with the most headroom for a request of `demand` tokens
-    /// (prompt + max_tokens) on artifact `sha256`: free sequence slots first,
-    /// then free KV tokens; ties go to the fewest running. `None` when no
-    /// executor serving it is alive and ready.
+    /// (prompt + max_tokens) on artifact `sha256`: one with a free sequence
+    /// slot and KV room for the request first, then the least loaded
+    /// (running, waiting and sent since its report), then the most free KV.
+    /// Free KV is a constraint rather than the first preference: two
+    /// executors with room for the request serve it alike, and a step's time
+    /// grows with its batch, so ranking by KV sent every request of a burst
+    /// to one executor while another with a few blocks less stood idle.
+    /// `None` when no executor serving it is alive and ready.
     pub fn pick(&mut self, sha256: &str, demand: usize, now: Instant) -> Option<Choice> {
         self.pick_excluding(sha256, demand, now, &[])
     }
@@ -177,16 +182,12 @@ impl CapacityView {
             .filter(|e| e.takes_work(sha256, now, timeout))
             .filter(|e| !tried.contains(&e.report.executor_id))
             .max_by(|a, b| {
-                (
-                    a.slots() > 0,
-                    a.free_tokens(demand),
-                    -(a.report.running as i64),
-                )
-                    .cmp(&(
-                        b.slots() > 0,
-                        b.free_tokens(demand),
-                        -(b.report.running as i64),
-                    ))
+                let key = |e: &Entry| {
+                    let free = e.free_tokens(demand);
+                    (e.slots() > 0, free >= demand as i64, -e.load(), free)
+                };
+                key(a)
+                    .cmp(&key(b))
                     .then_with(|| b.report.executor_id.cmp(&a.report.executor_id))
             })?;
         best.sent_since_report += 1;
@@ -276,18 +277,18 @@ mod tests {
         let mut v = CapacityView::new(Duration::from_millis(1500));
         v.observe(report("a", 0, 0, 100), t0);
         v.observe(report("b", 1, 0, 50), t0);
-        // a has more free KV (1600 tokens against 800): it gets requests
-        // until what was sent since its report fills its 8 sequence slots
-        // (its KV lead would have lasted 8 requests of 100 tokens too); then
-        // b, which has free slots.
-        let picks: Vec<String> = (0..10)
+        // Both have room for a 100-token request: the load alternates, and
+        // a's larger free KV (1600 tokens against 800) breaks the ties, until
+        // what was sent since the reports fills both executors' 8 slots.
+        let picks: Vec<String> = (0..16)
             .map(|_| v.pick("sha", 100, t0).unwrap().executor_id)
             .collect();
-        let mut want = vec!["a"; 8];
-        want.extend(["b", "b"]);
-        assert_eq!(picks, want, "{picks:?}");
-        // A fresh report resets what was counted.
+        assert_eq!(picks, ["a", "b"].repeat(8), "{picks:?}");
+        // No free slot anywhere: the one with KV room for the request.
+        assert_eq!(v.pick("sha", 100, t0).unwrap().executor_id, "a");
+        // Fresh reports reset what was counted.
         v.observe(report("a", 0, 8, 100), t0);
+        v.observe(report("b", 1, 0, 50), t0);
         // a has no free slot now: b wins although a has more KV.
         assert_eq!(v.pick("sha", 100, t0).unwrap().executor_id, "b");
         // A retry goes elsewhere, or nowhere.
@@ -336,7 +337,9 @@ mod tests {
                 .executor_id,
             "a"
         );
-        // Unknown, lost or draining preferences are ignored.
+        // Unknown, lost or draining preferences are ignored (equal loads:
+        // a's free KV decides).
+        v.observe(report("a", 0, 0, 100), t0);
         assert_eq!(
             v.pick_preferring("sha", 1, t0, Some("zz"))
                 .unwrap()
