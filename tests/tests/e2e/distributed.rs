@@ -1,6 +1,9 @@
 //! The distributed mode end to end: `stoker api` and two `stoker executor`
 //! processes with the real model, a real Kafka-protocol broker (tansu) and
 //! the machine's Postgres, driven by the official OpenAI SDK and reqwest.
+//! An executor stopped with SIGSTOP rather than killed is in `stopped`.
+
+mod stopped;
 
 use std::time::{Duration, Instant};
 
