@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Creates the Python virtual environment the end-to-end tests use (.venv at the repo
-# root) with the official OpenAI Python SDK pinned, and gguf and numpy (pinned: the
+# root) with the official OpenAI Python SDK pinned, moto's S3 server (the object
+# storage the S3 test runs against), and gguf and numpy (pinned: the
 # per-architecture parity sources are written with them, bit for bit). A no-op when the marker file
 # already records the pinned version.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
-PIN="openai==3.51.0 gguf==0.19.0 numpy==2.4.6"
+PIN="openai==3.51.0 moto[server]==5.2.5 gguf==0.19.0 numpy==2.4.6"
 MARKER="$VENV/.stoker-deps"
 
 if [[ -x "$VENV/bin/python" && -f "$MARKER" && "$(cat "$MARKER")" == "$PIN" ]]; then

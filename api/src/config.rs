@@ -103,8 +103,8 @@ impl Default for KafkaConfig {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct BatchConfig {
-    /// `file:///path`, a path, or `s3://bucket/prefix` (with the `s3` build
-    /// feature); empty means `<data_dir>/objects`.
+    /// `file:///path`, a path, or `s3://bucket/prefix` (credentials, region and
+    /// endpoint from the usual `AWS_*` variables); empty means `<data_dir>/objects`.
     pub storage_url: String,
     /// Largest upload accepted.
     pub max_file_bytes: usize,

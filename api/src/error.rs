@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use stoker_controlplane::batch::BatchError;
 use stoker_controlplane::batch::input::InputError;
+use stoker_controlplane::batch::{BatchError, StorageError};
 use stoker_controlplane::domain::ErrorKind;
 use stoker_controlplane::service::CpError;
 use stoker_controlplane::store::StoreError;
@@ -96,6 +96,13 @@ pub enum ApiError {
         message: String,
         retry_after: Option<RetryAfter>,
     },
+    /// The disk under the database or the object storage is full: nothing
+    /// was written.
+    #[error("{message}")]
+    StorageFull {
+        message: String,
+        retry_after: RetryAfter,
+    },
     /// Opaque to the client; the detail only goes to the log.
     #[error("internal error")]
     Internal(String),
@@ -135,6 +142,7 @@ impl ApiError {
             | NotReady { .. }
             | ExecutorLost { .. } => StatusCode::SERVICE_UNAVAILABLE,
             BatchBacklogFull { .. } => StatusCode::TOO_MANY_REQUESTS,
+            StorageFull { .. } => StatusCode::INSUFFICIENT_STORAGE,
             Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -160,6 +168,7 @@ impl ApiError {
             NotReady { .. } => ErrorCode::NotReady,
             BatchBacklogFull { .. } => ErrorCode::BatchBacklogFull,
             ExecutorLost { .. } => ErrorCode::ExecutorLost,
+            StorageFull { .. } => ErrorCode::StorageFull,
             Internal(_) => ErrorCode::InternalError,
         }
     }
@@ -193,7 +202,8 @@ impl ApiError {
             ApiError::Overloaded { retry_after, .. }
             | ApiError::DeadlineInfeasible { retry_after, .. }
             | ApiError::NotReady { retry_after, .. }
-            | ApiError::BatchBacklogFull { retry_after, .. } => Some(*retry_after),
+            | ApiError::BatchBacklogFull { retry_after, .. }
+            | ApiError::StorageFull { retry_after, .. } => Some(*retry_after),
             ApiError::ExecutorLost { retry_after, .. } => *retry_after,
             _ => None,
         }
@@ -268,9 +278,8 @@ impl ApiError {
             MissingField | ModelNotFound | NotFound | RevisionAbsent | FileNotFound
             | BatchNotFound | Conflict | MethodNotAllowed | InvalidApiKey | InsufficientScope
             | PayloadTooLarge | RequestTimeout | TenantQuotaExceeded | BatchBacklogFull
-            | InternalError | InputFileMissing | BatchCancelled | BatchExpired | Unknown => {
-                ApiError::Internal(format!("remote error {code}: {message}"))
-            }
+            | StorageFull | InternalError | InputFileMissing | BatchCancelled | BatchExpired
+            | Unknown => ApiError::Internal(format!("remote error {code}: {message}")),
         }
     }
 }
@@ -333,8 +342,33 @@ impl From<BatchError> for ApiError {
             BatchError::Db(d) if stoker_controlplane::store::is_unavailable(&d) => {
                 database_unavailable(&d.to_string())
             }
+            BatchError::Db(d) if stoker_controlplane::store::is_full(&d) => {
+                storage_full(&d.to_string())
+            }
+            BatchError::Storage(StorageError::Full(detail)) => storage_full(&detail),
+            BatchError::Storage(StorageError::Unavailable(detail)) => {
+                tracing::warn!(%detail, "batch object storage unreachable");
+                ApiError::NotReady {
+                    message: "the batch object storage is unreachable; nothing was changed, \
+                              retry shortly"
+                        .into(),
+                    retry_after: RetryAfter(std::time::Duration::from_secs(2)),
+                }
+            }
             other => ApiError::Internal(other.to_string()),
         }
+    }
+}
+
+/// The disk under the database or the object storage is full: nothing was
+/// written, reads still work, and the same request can succeed once an operator
+/// frees space (no restart needed).
+fn storage_full(detail: &str) -> ApiError {
+    tracing::error!(%detail, "storage full: writes are refused until space is freed");
+    ApiError::StorageFull {
+        message: "the server's storage is full; nothing was changed, retry once space is freed"
+            .into(),
+        retry_after: RetryAfter(std::time::Duration::from_secs(30)),
     }
 }
 
@@ -357,6 +391,7 @@ impl From<StoreError> for ApiError {
             )),
             StoreError::BadCursor(_) => ApiError::invalid(e.to_string(), "cursor"),
             StoreError::Unavailable(detail) => database_unavailable(&detail),
+            StoreError::Full(detail) => storage_full(&detail),
             other => ApiError::Internal(other.to_string()),
         }
     }

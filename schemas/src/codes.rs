@@ -112,6 +112,10 @@ catalogue! {
     /// been delivered, so the request cannot be retried. The edge reports it
     /// as `executor_lost` without `Retry-After`.
     ExecutorLostAfterOutput = "executor_lost_after_output",
+    /// 507 with `Retry-After`: the disk under the control-plane database or
+    /// the batch object storage is full; nothing was written. Reads are still
+    /// served, and the same write succeeds once space is freed.
+    StorageFull = "storage_full",
     /// 500: something broke inside the server; the detail goes to its log
     /// only.
     InternalError = "internal_error",

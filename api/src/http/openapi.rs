@@ -67,8 +67,9 @@ pub struct ApiDoc;
 
 /// Every route but the probes and metrics takes a bearer API key: the
 /// document says so once, here, with the 401 (no valid key) and 403 (the key
-/// lacks the route's scope) each such route can answer, and the 408 of a body
-/// that stopped arriving on those that take one.
+/// lacks the route's scope) each such route can answer, the 408 of a body
+/// that stopped arriving on those that take one, and the 503 and 507 of the
+/// routes that write files and batches (their records and objects).
 struct BearerKeys;
 
 impl Modify for BearerKeys {
@@ -83,13 +84,15 @@ impl Modify for BearerKeys {
             if path.starts_with("/health/") || path == "/metrics" {
                 continue;
             }
+            let records = path.starts_with("/v1/files") || path.starts_with("/v1/batches");
             let ops = [
-                &mut item.get,
-                &mut item.post,
-                &mut item.put,
-                &mut item.delete,
+                (&mut item.get, false),
+                (&mut item.post, records),
+                (&mut item.put, records),
+                (&mut item.delete, records),
             ];
-            for op in ops.into_iter().flatten() {
+            for (op, writes) in ops {
+                let Some(op) = op else { continue };
                 op.security = Some(vec![SecurityRequirement::new(
                     "api_key",
                     Vec::<String>::new(),
@@ -106,6 +109,18 @@ impl Modify for BearerKeys {
                         "408",
                         "Nothing of the body arrived for `limits.body_idle_timeout_ms` \
                          (`request_timeout`)",
+                    ));
+                }
+                if writes {
+                    answers.push((
+                        "503",
+                        "The control-plane database or object storage is unreachable; \
+                         nothing was changed (`not_ready`, with `Retry-After`)",
+                    ));
+                    answers.push((
+                        "507",
+                        "The disk under the database or object storage is full; nothing \
+                         was changed (`storage_full`, with `Retry-After`)",
                     ));
                 }
                 for (code, what) in answers {

@@ -28,6 +28,10 @@ pub enum StoreError {
     /// the same command may succeed later.
     #[error("the database is unreachable: {0}")]
     Unavailable(String),
+    /// The database's disk is full: nothing was written, and the same command
+    /// may succeed once space is freed.
+    #[error("the database's disk is full: {0}")]
+    Full(String),
     #[error("database error: {0}")]
     Database(String),
 }
@@ -43,6 +47,8 @@ impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
         if is_unavailable(&e) {
             StoreError::Unavailable(e.to_string())
+        } else if is_full(&e) {
+            StoreError::Full(e.to_string())
         } else {
             StoreError::Database(e.to_string())
         }
@@ -60,6 +66,15 @@ pub fn is_unavailable(e: &sqlx::Error) -> bool {
         sqlx::Error::Database(d) => d
             .code()
             .is_some_and(|c| c.starts_with("08") || matches!(&*c, "57P01" | "57P02" | "57P03")),
+        _ => false,
+    }
+}
+
+/// Whether `e` says the database ran out of disk: SQLite's `SQLITE_FULL` (13)
+/// or Postgres's `disk_full` (SQLSTATE 53100).
+pub fn is_full(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(d) => d.code().is_some_and(|c| matches!(&*c, "13" | "53100")),
         _ => false,
     }
 }

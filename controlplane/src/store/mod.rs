@@ -16,7 +16,7 @@ mod time;
 mod types;
 mod upcast;
 
-pub use error::{StoreError, is_unavailable};
+pub use error::{StoreError, is_full, is_unavailable};
 pub use event_store::{Db, EventStore};
 pub use types::{
     AUDIT_MAX_LIMIT, Actor, AuditQuery, ExpectedVersion, NewEvent, Page, Position, Recorded,

@@ -40,6 +40,27 @@ pub(crate) struct SqliteStore {
     gate: Arc<Mutex<()>>,
 }
 
+/// Whether a connection coming back to the pool is outside any transaction.
+///
+/// When the disk fills, a COMMIT fails with `SQLITE_FULL` after SQLite has
+/// already rolled the transaction back, so the ROLLBACK sqlx sends when the
+/// transaction is dropped fails too ("no transaction is active") and sqlx's
+/// count of open transactions on the connection stays at one. Pooled again,
+/// that connection would refuse every later `begin` ("non-zero transaction
+/// depth") long after space is freed. Such a connection is closed instead, and
+/// the pool opens a fresh one.
+fn settled(conn: &mut sqlx::SqliteConnection) -> bool {
+    use sqlx::TransactionManager as _;
+    let depth = <sqlx::Sqlite as sqlx::Database>::TransactionManager::get_transaction_depth(conn);
+    if depth != 0 {
+        tracing::warn!(
+            depth,
+            "closing a database connection left inside a transaction"
+        );
+    }
+    depth == 0
+}
+
 impl SqliteStore {
     pub(crate) fn pool(&self) -> &SqlitePool {
         &self.pool
@@ -62,7 +83,9 @@ impl SqliteStore {
                 .idle_timeout(None)
                 .max_lifetime(None)
         } else {
-            SqlitePoolOptions::new().max_connections(8)
+            SqlitePoolOptions::new()
+                .max_connections(8)
+                .after_release(|conn, _| Box::pin(async move { Ok(settled(conn)) }))
         }
         .connect_with(opts)
         .await?;
