@@ -275,6 +275,10 @@ impl Inner {
                     code,
                     message: format!("the executor `{id}` serving this request was lost; {retry}"),
                 }));
+                // An executor that was only stopped (SIGSTOP, a long pause)
+                // reads its control partition when it resumes: it drops the
+                // request instead of generating it for nobody.
+                self.send_cancel(&rid, id);
             }
         }
     }
@@ -308,6 +312,7 @@ impl Inner {
                         timeout.as_secs()
                     ),
                 }));
+                self.send_cancel(&rid, &p.executor);
             }
         }
     }

@@ -20,6 +20,15 @@ fn signal(pid: u32, sig: &str) {
     assert!(st.success(), "kill {sig} {pid}: {st}");
 }
 
+/// Requests the executor finished by reaching `max_tokens`.
+async fn finished_at_length(s: &crate::harness::Server) -> f64 {
+    crate::harness::metric_sum(
+        &s.metrics().await,
+        "stoker_request_success_total",
+        &["lane=\"interactive\"", "finished_reason=\"length\""],
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_executor_ends_its_stream_typed_and_is_routed_around_until_it_resumes() {
     let cluster = Cluster::start("diststop", 2).await;
@@ -35,6 +44,7 @@ async fn a_stopped_executor_ends_its_stream_typed_and_is_routed_around_until_it_
     let victim = victim.expect("one executor runs the long stream");
     let survivor = 1 - victim;
     let before = successes(&cluster.executors[survivor], "interactive").await;
+    let victim_finished = finished_at_length(&cluster.executors[victim]).await;
     let pid = cluster.executors[victim].pid();
     signal(pid, "-STOP");
     let stopped = Instant::now();
@@ -81,8 +91,19 @@ async fn a_stopped_executor_ends_its_stream_typed_and_is_routed_around_until_it_
             t.elapsed() < Duration::from_secs(60),
             "the resumed executor still runs its old stream"
         );
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    println!(
+        "resumed executor dropped its old stream after {:?}",
+        t.elapsed()
+    );
+    // The API declared that stream lost and told the executor to cancel it:
+    // it must not run its 400 tokens to the end for a client that is gone.
+    assert_eq!(
+        finished_at_length(&cluster.executors[victim]).await,
+        victim_finished,
+        "the resumed executor finished the stream the API had declared lost"
+    );
     let served_before = successes(&cluster.executors[victim], "interactive").await;
     let sends = (0..8).map(|i| {
         let model = model.clone();
