@@ -22,7 +22,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::batch::{
-    completion_line, file_form, file_lines, get, jsonl, ok, post, upload, wait_terminal,
+    completion_line, create_batch, file_form, file_lines, get, jsonl, ok, post, upload,
+    wait_terminal,
 };
 use crate::harness::{Server, ServerOptions, Sse, chunk_text, http, metric_sum, repo_root};
 
@@ -401,18 +402,7 @@ async fn serve_one(f: &Family) {
         .await,
         "upload",
     );
-    let batch = ok(
-        &post(
-            &server,
-            Some(KEY),
-            "/v1/batches",
-            &json!({"input_file_id": file["id"], "endpoint": "/v1/completions",
-                    "completion_window": "24h"}),
-        )
-        .await,
-        "create batch",
-    );
-    let id = batch["id"].as_str().unwrap().to_owned();
+    let id = create_batch(&server, Some(KEY), &file["id"], "/v1/completions").await;
     let done = wait_terminal(
         &server,
         Some(KEY),

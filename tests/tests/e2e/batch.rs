@@ -184,6 +184,25 @@ pub(crate) fn completion_line(
     })
 }
 
+/// Creates a batch over an uploaded file (`completion_window` 24h) and returns
+/// its id; anything but a 200 fails the test.
+pub(crate) async fn create_batch(
+    server: &Server,
+    key: Option<&str>,
+    file_id: &Value,
+    endpoint: &str,
+) -> String {
+    let body = json!({"input_file_id": file_id, "endpoint": endpoint, "completion_window": "24h"});
+    let batch = ok(
+        &post(server, key, "/v1/batches", &body).await,
+        "create batch",
+    );
+    batch["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a batch without an id: {batch}"))
+        .to_owned()
+}
+
 pub(crate) fn status_of(batch: &Value) -> &str {
     batch["status"].as_str().unwrap_or("?")
 }

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::batch::{
-    Answer, chat_line, each_exactly_once, file_form, file_lines, get, jsonl, ok, post, upload,
-    wait_terminal,
+    Answer, chat_line, create_batch, each_exactly_once, file_form, file_lines, get, jsonl, ok,
+    post, upload, wait_terminal,
 };
 use crate::harness::{Server, ServerOptions, fresh_dir, http};
 
@@ -188,17 +188,11 @@ async fn a_full_disk_refuses_writes_typed_serves_reads_and_recovers_without_a_re
         assert!(Instant::now() < deadline, "upload still refused: {a:?}");
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
-    let create_after = json!({"input_file_id": after["id"], "endpoint": "/v1/chat/completions",
-                              "completion_window": "24h"});
-    let mut batches = vec![ok(
-        &post(&server, None, "/v1/batches", &create_after).await,
-        "batch create after space is freed",
-    )];
+    let mut batches = vec![create_batch(&server, None, &after["id"], "/v1/chat/completions").await];
     if during.status == 200 {
-        batches.push(during.body.clone());
+        batches.push(during.body["id"].as_str().expect("batch id").to_owned());
     }
-    for b in &batches {
-        let id = b["id"].as_str().expect("batch id");
+    for id in &batches {
         let done =
             wait_terminal(&server, None, id, Instant::now() + Duration::from_secs(240)).await;
         assert_eq!(done["status"], "completed", "{id}: {done}");

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::batch::{
-    completion_line, each_exactly_once, file_form, file_lines, get, jsonl, ok, post, upload,
-    wait_terminal,
+    completion_line, create_batch, each_exactly_once, file_form, file_lines, get, jsonl, ok, post,
+    upload, wait_terminal,
 };
 use crate::cluster::Cluster;
 use crate::harness::{Server, Sse, chunk_text, http, metric_sum};
@@ -30,6 +30,28 @@ async fn running(s: &Server) -> f64 {
         "stoker_num_requests_running",
         &["lane=\"interactive\""],
     )
+}
+
+/// Once the API sees one live executor, 4 short completions all succeed and
+/// all run on `survivor`.
+async fn survivor_serves_new_requests(cluster: &Cluster, model: &str, survivor: usize, when: &str) {
+    cluster.wait_live(1).await;
+    let before = successes(&cluster.executors[survivor], "interactive").await;
+    for i in 0..4 {
+        let r = http()
+            .post(cluster.api.url("/v1/completions"))
+            .json(&json!({"model": model, "prompt": format!("Count to {i}:"), "max_tokens": 4}))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("request {i} {when}: {e}"));
+        assert_eq!(r.status().as_u16(), 200, "request {i} {when}");
+    }
+    let after = successes(&cluster.executors[survivor], "interactive").await;
+    assert_eq!(
+        after - before,
+        4.0,
+        "the survivor served the new requests {when}"
+    );
 }
 
 /// A long greedy stream through the API, read until its first content.
@@ -91,7 +113,6 @@ async fn streams_spread_over_executors_and_a_killed_executor_ends_its_stream_typ
     }
     let victim = victim.expect("one executor runs the long stream");
     let survivor = 1 - victim;
-    let before = successes(&cluster.executors[survivor], "interactive").await;
     cluster.executors[victim].kill9().await;
     let killed = Instant::now();
 
@@ -118,18 +139,7 @@ async fn streams_spread_over_executors_and_a_killed_executor_ends_its_stream_typ
     );
 
     // New requests go to the survivor.
-    cluster.wait_live(1).await;
-    for i in 0..4 {
-        let r = http()
-            .post(cluster.api.url("/v1/completions"))
-            .json(&json!({"model": model, "prompt": format!("Count to {i}:"), "max_tokens": 4}))
-            .send()
-            .await
-            .expect("request after the kill");
-        assert_eq!(r.status().as_u16(), 200, "request {i} after the kill");
-    }
-    let after = successes(&cluster.executors[survivor], "interactive").await;
-    assert_eq!(after - before, 4.0, "the survivor served the new requests");
+    survivor_serves_new_requests(&cluster, &model, survivor, "after the kill").await;
 
     let view = cluster.executors_view().await;
     let dead_id = format!("dist-ex{victim}");
@@ -159,18 +169,7 @@ async fn batch_of_500_lines_completes_on_both_executors_through_a_kill() {
         .await,
         "upload",
     );
-    let batch = ok(
-        &post(
-            &cluster.api,
-            None,
-            "/v1/batches",
-            &json!({"input_file_id": file["id"], "endpoint": "/v1/completions",
-                    "completion_window": "24h"}),
-        )
-        .await,
-        "create batch",
-    );
-    let id = batch["id"].as_str().unwrap().to_string();
+    let id = create_batch(&cluster.api, None, &file["id"], "/v1/completions").await;
 
     // Both executors take shards; once both have run rows, one is killed.
     let deadline = Instant::now() + Duration::from_secs(600);

@@ -10,11 +10,11 @@ use std::net::{SocketAddr, TcpListener};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::batch::{
-    chat_line, counts, each_exactly_once, file_form, file_lines, get, jsonl, ok, post, upload,
-    wait_terminal,
+    chat_line, counts, create_batch, each_exactly_once, file_form, file_lines, get, jsonl, ok,
+    upload, wait_terminal,
 };
 use crate::harness::{Server, ServerOptions, http, python_bin};
 use crate::tcp_proxy::TcpProxy;
@@ -159,18 +159,7 @@ async fn batch_files_and_outputs_live_in_s3_and_survive_the_store_failing_mid_up
         !stored.is_empty() && stored.iter().all(|k| k.starts_with(&format!("{PREFIX}/"))),
         "the upload is not an object under {PREFIX}/ in the bucket: {stored:?}"
     );
-    let batch = ok(
-        &post(
-            &server,
-            None,
-            "/v1/batches",
-            &json!({"input_file_id": file["id"], "endpoint": "/v1/chat/completions",
-                    "completion_window": "24h"}),
-        )
-        .await,
-        "create batch",
-    );
-    let id = batch["id"].as_str().expect("batch id").to_owned();
+    let id = create_batch(&server, None, &file["id"], "/v1/chat/completions").await;
 
     // The store fails while segments are being written: wait for the first
     // rows to complete, then cut every connection to it, open ones included.

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::{
-    counts, each_exactly_once, file_form, file_lines, jsonl, ok, post, upload, wait_terminal,
+    counts, create_batch, each_exactly_once, file_form, file_lines, jsonl, ok, post, upload,
+    wait_terminal,
 };
 use crate::harness::{Server, ServerOptions, metric_sum};
 
@@ -49,18 +50,7 @@ async fn cancelling_a_running_batch_stops_its_rows_and_writes_each_line_once() {
         .await,
         "upload",
     );
-    let batch = ok(
-        &post(
-            &server,
-            None,
-            "/v1/batches",
-            &json!({"input_file_id": file["id"], "endpoint": "/v1/completions",
-                    "completion_window": "24h"}),
-        )
-        .await,
-        "create batch",
-    );
-    let id = batch["id"].as_str().unwrap().to_owned();
+    let id = create_batch(&server, None, &file["id"], "/v1/completions").await;
 
     // Some rows done and others running.
     let until = Instant::now() + Duration::from_secs(120);

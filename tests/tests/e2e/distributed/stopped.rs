@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{long_stream, running, successes};
+use super::{long_stream, running, successes, survivor_serves_new_requests};
 use crate::cluster::Cluster;
 use crate::harness::http;
 
@@ -43,7 +43,6 @@ async fn a_stopped_executor_ends_its_stream_typed_and_is_routed_around_until_it_
     }
     let victim = victim.expect("one executor runs the long stream");
     let survivor = 1 - victim;
-    let before = successes(&cluster.executors[survivor], "interactive").await;
     let victim_finished = finished_at_length(&cluster.executors[victim]).await;
     let pid = cluster.executors[victim].pid();
     signal(pid, "-STOP");
@@ -65,18 +64,7 @@ async fn a_stopped_executor_ends_its_stream_typed_and_is_routed_around_until_it_
     println!("stopped executor: its stream ended executor_lost after {ended:?}");
 
     // Routed around while it is stopped.
-    cluster.wait_live(1).await;
-    for i in 0..4 {
-        let r = http()
-            .post(cluster.api.url("/v1/completions"))
-            .json(&json!({"model": model, "prompt": format!("Count to {i}:"), "max_tokens": 4}))
-            .send()
-            .await
-            .expect("request while an executor is stopped");
-        assert_eq!(r.status().as_u16(), 200, "request {i} while stopped");
-    }
-    let after = successes(&cluster.executors[survivor], "interactive").await;
-    assert_eq!(after - before, 4.0, "the survivor served the new requests");
+    survivor_serves_new_requests(&cluster, &model, survivor, "while stopped").await;
 
     // Resumed, it reports again and is routed to again.
     signal(pid, "-CONT");
