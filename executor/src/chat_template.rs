@@ -260,6 +260,19 @@ impl ChatTemplate {
         }
     }
 
+    /// The [`FALLBACK_CHATML_TEMPLATE`], for a model that ships no template.
+    pub fn fallback(
+        bos_token: impl Into<String>,
+        eos_token: impl Into<String>,
+    ) -> Result<Self, TemplateError> {
+        Self::build(
+            FALLBACK_CHATML_TEMPLATE.to_owned(),
+            bos_token.into(),
+            eos_token.into(),
+            true,
+        )
+    }
+
     fn build(
         source: String,
         bos_token: String,

@@ -18,6 +18,15 @@ pub enum ModelError {
     },
     #[error("not a GGUF file: {0}")]
     NotGguf(String),
+    #[error("not a model directory: {0}")]
+    NotModelDirectory(String),
+    #[error("safetensors file {path}: {reason}")]
+    BadSafetensors { path: PathBuf, reason: String },
+    #[error(
+        "unsupported Hugging Face architecture `{0}` (supported: {list})",
+        list = crate::model::hf::supported_classes().join(", ")
+    )]
+    UnsupportedHfArchitecture(String),
     #[error("truncated GGUF file: {0}")]
     Truncated(String),
     #[error(

@@ -1,4 +1,5 @@
-//! What a GGUF file is and whether stoker can serve it, without loading its weights.
+//! What a GGUF file or a Hugging Face directory is and whether stoker can serve
+//! it, without loading its weights.
 //!
 //! `stoker inspect FILE` is the first thing an operator runs on a downloaded model: it
 //! must say what the file holds (architecture, size, tensor types by role, context,
@@ -17,6 +18,7 @@ use crate::chat_template::ChatTemplate;
 use crate::error::ModelError;
 use crate::kernels::{QDtype, SUPPORTED_TENSOR_TYPES};
 use crate::model::ModelConfig;
+use crate::model::hf::{self, HfArtifact, HfConfig, ManifestEntry};
 use crate::model::loader::GgufArtifact;
 use crate::tokenizer::{KEY_MODEL, KEY_PRE, KEY_TOKENS, ModelTokenizer};
 
@@ -46,6 +48,9 @@ pub struct Inspection {
     pub servable: bool,
     /// Every reason stoker cannot serve the file; empty when it can.
     pub problems: Vec<String>,
+    /// A directory's files and their sha256, whose listing `sha256` hashes.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<ManifestEntry>,
 }
 
 fn string(md: &std::collections::HashMap<String, Value>, key: &str) -> Option<String> {
@@ -70,6 +75,9 @@ fn role(name: &str) -> String {
 /// Inspects `path`. A file that cannot be opened or parsed at all is an error; a file
 /// that parses but cannot be served is an [`Inspection`] with `servable: false`.
 pub fn inspect(path: &Path) -> Result<Inspection, ModelError> {
+    if crate::model::hf::is_model_dir(path) {
+        return inspect_dir(path);
+    }
     let art = GgufArtifact::open(path)?;
     let md = art.metadata();
     let mut problems = Vec::new();
@@ -148,6 +156,83 @@ pub fn inspect(path: &Path) -> Result<Inspection, ModelError> {
         has_chat_template,
         servable: problems.is_empty(),
         problems,
+        files: Vec::new(),
+    })
+}
+
+/// Inspects a Hugging Face directory: what its `config.json` and safetensors
+/// headers say, and every reason the loader would refuse it.
+fn inspect_dir(dir: &Path) -> Result<Inspection, ModelError> {
+    let config = std::fs::read(dir.join(hf::CONFIG_FILE)).map_err(|_| {
+        ModelError::NotModelDirectory(format!("{} has no {}", dir.display(), hf::CONFIG_FILE))
+    })?;
+    let mut problems = Vec::new();
+    let parsed = HfConfig::parse(&config)
+        .map_err(|e| problems.push(e.to_string()))
+        .ok();
+    let mut tensor_types: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
+    let (mut parameters, mut tensors) = (0u64, 0usize);
+    match hf::safetensors::shard_names(dir).and_then(|f| hf::safetensors::Shards::open(dir, f)) {
+        Ok(shards) => {
+            for (name, e) in &shards.tensors {
+                parameters += e.shape.iter().product::<usize>() as u64;
+                tensors += 1;
+                let role = match name.split_once(".layers.") {
+                    Some((_, rest)) => rest.split_once('.').map_or(rest, |(_, r)| r).to_string(),
+                    None => name.clone(),
+                };
+                *tensor_types
+                    .entry(role)
+                    .or_default()
+                    .entry(e.dtype.name().to_string())
+                    .or_default() += 1;
+            }
+        }
+        Err(e) => problems.push(e.to_string()),
+    }
+    let art = match HfArtifact::open(dir) {
+        Ok(a) => Some(a),
+        Err(e) => {
+            let msg = e.to_string();
+            if !problems.contains(&msg) {
+                problems.push(msg);
+            }
+            None
+        }
+    };
+    // The stored type of the weights (layer 0's attention input), else what
+    // config.json says it is.
+    let dtype = art
+        .as_ref()
+        .and_then(HfArtifact::stored_dtype)
+        .map(|d| d.name().to_string())
+        .or_else(|| parsed.as_ref().and_then(|c| c.dtype.clone()));
+    Ok(Inspection {
+        path: dir.display().to_string(),
+        sha256: art
+            .as_ref()
+            .map(|a| a.manifest.sha256.clone())
+            .unwrap_or_default(),
+        file_size: art.as_ref().map_or(0, |a| a.manifest.size()),
+        name: art.as_ref().map(HfArtifact::name),
+        architecture: parsed
+            .as_ref()
+            .map(|c| format!("{} ({})", c.config.architecture, c.class)),
+        file_type: dtype,
+        parameters,
+        tensors,
+        tensor_types,
+        context_length: parsed.as_ref().map(|c| c.config.context_length as u64),
+        tokenizer_model: art
+            .as_ref()
+            .map(|a| format!("tokenizer.json ({:?})", a.tokenizer.family())),
+        pre_tokenizer: None,
+        vocab_size: art.as_ref().map(|a| a.tokenizer.vocab_size()),
+        chat_template_sha256: art.as_ref().map(|a| a.chat_template.sha256_hex()),
+        has_chat_template: art.as_ref().is_some_and(|a| !a.chat_template.is_fallback()),
+        servable: problems.is_empty(),
+        problems,
+        files: art.map(|a| a.manifest.files).unwrap_or_default(),
     })
 }
 
@@ -189,6 +274,12 @@ impl Inspection {
                 " (none in the file: ChatML fallback)"
             }
         );
+        if !self.files.is_empty() {
+            let _ = writeln!(s, "files (sha256 over this listing):");
+            for f in &self.files {
+                let _ = writeln!(s, "  {}  {} ({} bytes)", f.sha256, f.name, f.size);
+            }
+        }
         let _ = writeln!(s, "tensor types by role:");
         for (role, types) in &self.tensor_types {
             let list: Vec<String> = types.iter().map(|(t, n)| format!("{t} x{n}")).collect();

@@ -148,6 +148,7 @@ impl EngineCore {
             context_window: self.model.config.context_length,
             vocab_size: self.model.config.vocab_size,
             num_kv_blocks: self.kv.num_blocks(),
+            generation: self.model.generation.clone(),
         }
     }
 

@@ -113,6 +113,8 @@ pub struct ModelInfo {
     pub context_window: usize,
     pub vocab_size: usize,
     pub num_kv_blocks: usize,
+    /// The model's own sampling defaults (a directory's generation config).
+    pub generation: crate::model::GenerationDefaults,
 }
 
 pub struct Engine {

@@ -246,7 +246,7 @@ impl ModelConfig {
         Ok(cfg)
     }
 
-    fn validate(&self) -> Result<(), ModelError> {
+    pub(crate) fn validate(&self) -> Result<(), ModelError> {
         let bad = |m: &str| Err(ModelError::BadMetadata(self.architecture.clone(), m.into()));
         if self.n_layers == 0 || self.hidden == 0 || self.ffn == 0 {
             return bad("layer count, embedding length and feed-forward length must be positive");

@@ -10,6 +10,8 @@ use std::path::Path;
 
 use super::config::ModelConfig;
 use super::file_type::file_type_name;
+use super::generation::GenerationDefaults;
+use super::hf::HfArtifact;
 use super::loader::GgufArtifact;
 use super::weights::WeightMode;
 use crate::chat_template::ChatTemplate;
@@ -77,7 +79,7 @@ impl Header {
         match (mode, self.file_type) {
             (WeightMode::DequantizedF32, _) => "f32".to_string(),
             (WeightMode::Native, Some(name)) => name.to_lowercase(),
-            (WeightMode::Native, None) => qkv().name().to_lowercase(),
+            (WeightMode::Native | WeightMode::Quantize(_), _) => qkv().name().to_lowercase(),
         }
     }
 
@@ -93,6 +95,27 @@ impl Header {
     }
 }
 
+/// The precision a directory's revision records: the loaded type of layer
+/// 0's attention input (`bf16` as published, `q8_0` under `--quantize`).
+pub(crate) fn dir_precision(mode: WeightMode, qkv: impl FnOnce() -> QDtype) -> String {
+    match mode {
+        WeightMode::DequantizedF32 => "f32".to_string(),
+        WeightMode::Native | WeightMode::Quantize(_) => qkv().name().to_lowercase(),
+    }
+}
+
+/// A directory's identity: the manifest's digest and total size.
+pub(crate) fn dir_identity(art: &HfArtifact, precision: String) -> ModelIdentity {
+    ModelIdentity {
+        sha256: art.manifest.sha256.clone(),
+        file_size: art.manifest.size(),
+        tokenizer_sha256: art.tokenizer.sha256_hex(),
+        chat_template_sha256: art.chat_template.sha256_hex(),
+        name: art.name(),
+        precision,
+    }
+}
+
 /// A model as its header describes it: all a process that does not run it
 /// needs. Its identity is the one [`Model::load`] gives the same file with
 /// native weights (same sha256, tokenizer and template hashes), so executors
@@ -105,23 +128,66 @@ pub struct ModelMeta {
     pub identity: ModelIdentity,
     pub tokenizer: ModelTokenizer,
     pub chat_template: ChatTemplate,
+    pub generation: GenerationDefaults,
 }
 
 impl ModelMeta {
-    /// Reads the header and hashes the file; no tensor data is loaded.
+    /// Reads the header and hashes the file (or a directory's configuration
+    /// and manifest); no tensor data is loaded.
     pub fn read(path: &Path) -> Result<Self, ModelError> {
+        Self::read_as(path, WeightMode::Native)
+    }
+
+    /// As [`Self::read`], naming the precision the executors load with
+    /// (`--quantize`), so API and executors record the same identity.
+    pub fn read_as(path: &Path, mode: WeightMode) -> Result<Self, ModelError> {
+        if super::hf::is_model_dir(path) {
+            let art = HfArtifact::open(path)?;
+            let mut config = art.hf.config.clone();
+            config.vocab_size = art.vocab_rows()?;
+            let stored = art.stored_dtype().unwrap_or(QDtype::F32);
+            let precision = dir_precision(mode, || match mode {
+                WeightMode::Quantize(t) => t,
+                _ => stored,
+            });
+            let identity = dir_identity(&art, precision);
+            let HfArtifact {
+                tokenizer,
+                chat_template,
+                generation,
+                ..
+            } = art;
+            return Ok(ModelMeta {
+                config,
+                identity,
+                tokenizer,
+                chat_template,
+                generation,
+            });
+        }
         let art = GgufArtifact::open(path)?;
         let mut h = Header::read(&art, path)?;
         // The vocabulary the model scores, as `Model::load` takes it from the
         // embedding's rows.
         h.config.vocab_size = art.tensor_view("token_embd.weight")?.dims[0];
-        let precision = h.precision(WeightMode::Native, || first_qkv_dtype(&art));
+        let precision = h.precision(mode, || {
+            let stored = first_qkv_dtype(&art);
+            match mode {
+                WeightMode::Quantize(t)
+                    if matches!(stored, QDtype::F32 | QDtype::F16 | QDtype::BF16) =>
+                {
+                    t
+                }
+                _ => stored,
+            }
+        });
         let identity = h.identity(&art, precision);
         Ok(ModelMeta {
             config: h.config,
             identity,
             tokenizer: h.tokenizer,
             chat_template: h.chat_template,
+            generation: GenerationDefaults::default(),
         })
     }
 }

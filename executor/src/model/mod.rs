@@ -1,19 +1,23 @@
 //! A loaded model: configuration, weights, rope tables and identity.
 //!
-//! [`Model::load`] turns a GGUF path into everything the engine needs,
-//! including the tokenizer and chat template built from the file's metadata,
-//! with typed [`ModelError`]s for every way an artifact can be wrong;
+//! [`Model::load`] turns a GGUF file or a Hugging Face directory into
+//! everything the engine needs, including the tokenizer and chat template
+//! (from the file's metadata, or the directory's tokenizer files), with
+//! typed [`ModelError`]s for every way an artifact can be wrong;
 //! [`ModelMeta::read`] stops before the weights.
 
 pub mod attention;
 pub mod config;
 pub mod file_type;
 pub mod forward;
+pub mod generation;
+pub mod hf;
 pub mod kv_storage;
 pub mod loader;
 pub mod meta;
 pub mod rope;
 pub mod row_order;
+pub mod source;
 pub mod weights;
 
 use std::path::Path;
@@ -24,6 +28,7 @@ use crate::tokenizer::ModelTokenizer;
 
 pub use config::{Arch, ModelConfig, SUPPORTED_ARCHITECTURES};
 pub use forward::{ForwardChunk, ForwardOutput, ScoreRows, Workspace};
+pub use generation::GenerationDefaults;
 pub use kv_storage::KvStorage;
 pub use meta::{ModelIdentity, ModelMeta};
 pub use weights::WeightMode;
@@ -68,6 +73,8 @@ pub struct Model {
     pub identity: ModelIdentity,
     pub tokenizer: ModelTokenizer,
     pub chat_template: ChatTemplate,
+    /// Sampling defaults for fields a request leaves out.
+    pub generation: GenerationDefaults,
 }
 
 impl std::fmt::Debug for Model {
@@ -80,9 +87,13 @@ impl std::fmt::Debug for Model {
 }
 
 impl Model {
+    /// Loads a GGUF file, or the Hugging Face directory `path` names.
     pub fn load(path: &Path, opts: LoadOptions) -> Result<Self, ModelError> {
         if let Device::Cuda(i) = opts.device {
             return Err(ModelError::DeviceUnavailable(format!("cuda:{i}")));
+        }
+        if hf::is_model_dir(path) {
+            return Self::load_dir(path, opts);
         }
         let art = loader::GgufArtifact::open(path)?;
         let mut h = meta::Header::read(&art, path)?;
@@ -97,6 +108,49 @@ impl Model {
             chat_template,
             ..
         } = h;
+        drop(art);
+        Ok(Self::assemble(
+            config,
+            weights,
+            identity,
+            tokenizer,
+            chat_template,
+            GenerationDefaults::default(),
+        ))
+    }
+
+    fn load_dir(path: &Path, opts: LoadOptions) -> Result<Self, ModelError> {
+        let art = hf::HfArtifact::open(path)?;
+        let mut config = art.hf.config.clone();
+        let weights = weights::ModelWeights::load(&art, &config, opts.weights)?;
+        art.release_pages();
+        config.vocab_size = weights.embed.rows();
+        let precision = meta::dir_precision(opts.weights, || weights.layers[0].qkv.dtype());
+        let identity = meta::dir_identity(&art, precision);
+        let hf::HfArtifact {
+            tokenizer,
+            chat_template,
+            generation,
+            ..
+        } = art;
+        Ok(Self::assemble(
+            config,
+            weights,
+            identity,
+            tokenizer,
+            chat_template,
+            generation,
+        ))
+    }
+
+    fn assemble(
+        config: ModelConfig,
+        weights: weights::ModelWeights,
+        identity: ModelIdentity,
+        tokenizer: ModelTokenizer,
+        chat_template: ChatTemplate,
+        generation: GenerationDefaults,
+    ) -> Self {
         let rope = rope::Rope::with(
             config.rope_dim,
             config.rope_base,
@@ -115,9 +169,8 @@ impl Model {
                 None,
             )
         });
-        drop(art);
         release_freed_heap();
-        Ok(Model {
+        Model {
             config,
             weights,
             rope,
@@ -125,7 +178,8 @@ impl Model {
             identity,
             tokenizer,
             chat_template,
-        })
+            generation,
+        }
     }
 
     /// Serves `source` instead of the file's chat template (an operator's

@@ -16,7 +16,7 @@
 use crate::error::ModelError;
 use crate::kernels::{self, KernelError, QDtype, QMatrix};
 use crate::model::config::ModelConfig;
-use crate::model::loader::GgufArtifact;
+use crate::model::source::TensorSource;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum WeightMode {
@@ -25,6 +25,13 @@ pub enum WeightMode {
     Native,
     /// Dequantize every matrix to f32 (slow; for parity tests).
     DequantizedF32,
+    /// Quantize every matrix stored as F32, F16 or BF16 to this type while
+    /// loading (`--quantize`), with ggml's reference quantizer, so a
+    /// Hugging Face directory in BF16 is served by the same kernels as a
+    /// quantized GGUF file. Matrices already quantized are kept; a matrix
+    /// whose rows are not whole blocks of the type falls back to Q8_0 (32
+    /// values per block), as `llama-quantize` falls back.
+    Quantize(QDtype),
 }
 
 /// A projection whose output is several matrices' outputs side by side
@@ -169,7 +176,7 @@ impl ModelWeights {
     }
 
     pub fn load(
-        art: &GgufArtifact,
+        art: &dyn TensorSource,
         cfg: &ModelConfig,
         mode: WeightMode,
     ) -> Result<Self, ModelError> {
@@ -240,7 +247,7 @@ impl ModelWeights {
                     mode,
                 )?)
             };
-            let post = |art: &GgufArtifact, t: &str| -> Result<Option<Vec<f32>>, ModelError> {
+            let post = |art: &dyn TensorSource, t: &str| -> Result<Option<Vec<f32>>, ModelError> {
                 if cfg.post_norms {
                     vector(art, &format!("{p}.{t}"), h).map(Some)
                 } else {
@@ -271,46 +278,35 @@ impl ModelWeights {
     }
 }
 
-/// A 2-D weight `[rows, cols]` (GGUF stores `[cols, rows]`, candle reverses it).
+/// A 2-D weight `[rows, cols]` in the layout `mode` asks for.
 fn matrix(
-    art: &GgufArtifact,
+    art: &dyn TensorSource,
     name: &str,
     rows: Option<usize>,
     cols: usize,
     mode: WeightMode,
 ) -> Result<QMatrix, ModelError> {
-    let t = art.tensor_view(name)?;
-    let ok = t.dims.len() == 2 && t.dims[1] == cols && rows.is_none_or(|r| t.dims[0] == r);
-    if !ok {
-        return Err(ModelError::BadTensorShape {
-            name: name.to_string(),
-            got: t.dims,
-            expected: vec![rows.unwrap_or(0), cols],
-        });
+    let m = art.matrix(name, rows, cols)?;
+    match mode {
+        WeightMode::Native => Ok(m),
+        WeightMode::DequantizedF32 => Ok(m.dequantize()),
+        WeightMode::Quantize(ty) => {
+            let float = matches!(m.dtype(), QDtype::F32 | QDtype::F16 | QDtype::BF16);
+            let ty = if cols.is_multiple_of(ty.block_values()) {
+                ty
+            } else {
+                QDtype::Q8_0
+            };
+            if !float || !cols.is_multiple_of(ty.block_values()) {
+                return Ok(m);
+            }
+            crate::quantize::quantize_matrix(&m, ty)
+                .map_err(|e| ModelError::BadTensor(name.to_string(), e.to_string()))
+        }
     }
-    let bad = |e: KernelError| ModelError::BadTensor(name.to_string(), e.to_string());
-    let dtype = QDtype::try_from(t.dtype).map_err(bad)?;
-    let m =
-        QMatrix::from_ggml_shared(dtype, &art.bytes(), t.range, t.dims[0], cols).map_err(bad)?;
-    Ok(match mode {
-        WeightMode::Native => m,
-        WeightMode::DequantizedF32 => m.dequantize(),
-    })
 }
 
 /// A 1-D weight (norms, biases, rope factors) as f32 values.
-fn vector(art: &GgufArtifact, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
-    let t = art.tensor_view(name)?;
-    if t.dims.iter().product::<usize>() != len || len == 0 {
-        return Err(ModelError::BadTensorShape {
-            name: name.to_string(),
-            got: t.dims,
-            expected: vec![len],
-        });
-    }
-    let bad = |e: KernelError| ModelError::BadTensor(name.to_string(), e.to_string());
-    let dtype = QDtype::try_from(t.dtype).map_err(bad)?;
-    QMatrix::from_ggml_shared(dtype, &art.bytes(), t.range, 1, len)
-        .and_then(|m| m.row_f32(0))
-        .map_err(bad)
+fn vector(art: &dyn TensorSource, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
+    art.vector(name, len)
 }

@@ -22,7 +22,7 @@ mod float;
 mod kquants;
 mod legacy;
 
-use crate::kernels::{BlockType, QDtype};
+use crate::kernels::{BlockType, QDtype, QMatrix};
 
 /// Errors of [`quantize_row`] and [`parse_type`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -35,6 +35,8 @@ pub enum QuantizeError {
     },
     #[error("cannot quantize to {0} (supported: {list})", list = SUPPORTED_TYPES.join(", "))]
     UnsupportedType(String),
+    #[error("the quantized matrix: {0}")]
+    Matrix(String),
 }
 
 /// Every type [`quantize_row`] writes, by ggml's name.
@@ -84,6 +86,31 @@ pub fn quantize_row(ty: QDtype, x: &[f32]) -> Result<Vec<u8>, QuantizeError> {
     let mut out = Vec::with_capacity(quantized_len(ty, x.len())?);
     write(ty, x, &mut out);
     Ok(out)
+}
+
+/// `m` quantized row by row to `ty` (rows in parallel): the matrix
+/// `llama-quantize` would write for these values, ready for the kernels.
+pub fn quantize_matrix(m: &QMatrix, ty: QDtype) -> Result<QMatrix, QuantizeError> {
+    use rayon::prelude::*;
+    let cols = m.cols();
+    let row_bytes = quantized_len(ty, cols)?;
+    let mut bytes = vec![0u8; row_bytes * m.rows()];
+    bytes
+        .par_chunks_mut(row_bytes)
+        .enumerate()
+        .try_for_each_init(
+            || (vec![0f32; cols], Vec::with_capacity(row_bytes)),
+            |(row, enc), (i, out)| {
+                m.row_f32_into(i, row)?;
+                enc.clear();
+                write(ty, row, enc);
+                out.copy_from_slice(enc);
+                Ok::<(), crate::kernels::KernelError>(())
+            },
+        )
+        .map_err(|e| QuantizeError::Matrix(e.to_string()))?;
+    QMatrix::from_ggml_bytes(ty, &bytes, m.rows(), cols)
+        .map_err(|e| QuantizeError::Matrix(e.to_string()))
 }
 
 /// Appends the encoding of `x` (length already checked).

@@ -36,7 +36,7 @@ use super::pre_tokenizers::pre_tokenizer_rule;
 use super::{ModelTokenizer, Pieces, TokenizerError, TokenizerFamily};
 
 /// The bytes a `▁`-escaped token stands for.
-fn piece_bytes(token: &str) -> Box<[u8]> {
+pub(super) fn piece_bytes(token: &str) -> Box<[u8]> {
     if let Some(hex) = token.strip_prefix("<0x").and_then(|t| t.strip_suffix('>'))
         && hex.len() == 2
         && let Ok(b) = u8::from_str_radix(hex, 16)
@@ -329,6 +329,8 @@ impl ModelTokenizer {
             add_eos,
             pre,
             sha256,
+            extra_stops: Vec::new(),
+            inner_decodes: false,
         })
     }
 

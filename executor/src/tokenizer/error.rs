@@ -76,6 +76,10 @@ pub enum TokenizerError {
         /// The vocabulary size.
         vocab_size: usize,
     },
+    /// A Hugging Face `tokenizer.json` or `tokenizer_config.json` is malformed
+    /// or lacks what generation needs (an end-of-sequence token).
+    #[error("Hugging Face tokenizer files: {0}")]
+    HfFiles(String),
     /// The `tokenizers` crate refused the assembled model (e.g. a merge names an
     /// unknown token).
     #[error("cannot build the tokenizer: {0}")]

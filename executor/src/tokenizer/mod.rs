@@ -30,6 +30,7 @@
 
 mod build;
 mod error;
+mod hf;
 mod keys;
 mod metadata;
 mod pre_tokenizers;
@@ -40,6 +41,7 @@ use std::sync::{Arc, OnceLock};
 use tokenizers::Tokenizer;
 
 pub use error::TokenizerError;
+pub use hf::{HfSpecialIds, HfTokenizerConfig};
 pub use keys::{
     END_OF_TURN_MARKERS, KEY_ADD_BOS, KEY_ADD_EOS, KEY_ADD_SPACE_PREFIX, KEY_BOS, KEY_EOS, KEY_EOT,
     KEY_MERGES, KEY_MODEL, KEY_PAD, KEY_PRE, KEY_SCORES, KEY_TOKEN_TYPE, KEY_TOKENS, KEY_UNK,
@@ -106,6 +108,12 @@ pub struct ModelTokenizer {
     add_eos: bool,
     pre: String,
     sha256: String,
+    /// Further ids that end generation (a Hugging Face directory's list of
+    /// `eos_token_id`s, as Llama 3's `generation_config.json` has).
+    extra_stops: Vec<u32>,
+    /// Decode through `inner`'s own decoder even when `pieces` is set: a
+    /// `tokenizer.json` says how its pieces join, and is followed as written.
+    inner_decodes: bool,
 }
 
 impl fmt::Debug for ModelTokenizer {
@@ -198,7 +206,8 @@ impl ModelTokenizer {
                 vocab_size: self.vocab_size,
             });
         }
-        let Some(pieces) = &self.pieces else {
+        let pieces = self.pieces.as_ref().filter(|_| !self.inner_decodes);
+        let Some(pieces) = pieces else {
             return self
                 .inner
                 .decode(ids, skip_special)
@@ -271,6 +280,7 @@ impl ModelTokenizer {
     pub fn stop_token_ids(&self) -> Vec<u32> {
         let mut ids = vec![self.eos];
         ids.extend(self.eot);
+        ids.extend(&self.extra_stops);
         ids.extend(
             END_OF_TURN_MARKERS
                 .iter()
