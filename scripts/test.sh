@@ -10,6 +10,7 @@ cd "$ROOT"
 "$ROOT/scripts/fetch-broker.sh"
 "$ROOT/scripts/setup-venv.sh"
 "$ROOT/scripts/make-arch-parity-sources.sh"
+"$ROOT/scripts/make-hf-smollm2.sh"
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

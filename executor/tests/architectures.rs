@@ -38,7 +38,7 @@ use stoker_executor::{BLOCK_SIZE, BlockId, LoadOptions, Model, ModelError};
 const PROMPT_LEN: usize = 20;
 const DECODE: [u32; 4] = [42, 7, 256, 100];
 
-fn fixture(name: &str) -> PathBuf {
+pub(crate) fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/arch")
         .join(name)
@@ -51,7 +51,7 @@ fn prompt() -> Vec<u32> {
 }
 
 /// Our logits: the prompt in one step, then one step per decode token.
-fn ours(model: &Model) -> Vec<Vec<f32>> {
+pub(crate) fn ours(model: &Model) -> Vec<Vec<f32>> {
     let prompt = prompt();
     let total = prompt.len() + DECODE.len();
     let blocks: Vec<BlockId> = (0..total.div_ceil(BLOCK_SIZE) as u32)
@@ -79,9 +79,9 @@ fn ours(model: &Model) -> Vec<Vec<f32>> {
 }
 
 /// An oracle's forward: `(tokens, index_pos) -> last-position logits`.
-type Forward = Box<dyn FnMut(&[u32], usize) -> candle_core::Result<Tensor>>;
+pub(crate) type Forward = Box<dyn FnMut(&[u32], usize) -> candle_core::Result<Tensor>>;
 
-fn theirs(mut forward: Forward, one_at_a_time: bool) -> Vec<Vec<f32>> {
+pub(crate) fn theirs(mut forward: Forward, one_at_a_time: bool) -> Vec<Vec<f32>> {
     let mut call = |tokens: &[u32], pos: usize| -> Vec<f32> {
         forward(tokens, pos)
             .unwrap()
@@ -125,14 +125,14 @@ fn tensors(name: &str) -> HashMap<String, Tensor> {
         .collect()
 }
 
-fn tensor_from(ids: &[u32]) -> Tensor {
+pub(crate) fn tensor_from(ids: &[u32]) -> Tensor {
     Tensor::new(ids, &Device::Cpu)
         .unwrap()
         .unsqueeze(0)
         .unwrap()
 }
 
-fn oracle(name: &str) -> (Forward, bool) {
+pub(crate) fn oracle(name: &str) -> (Forward, bool) {
     let dev = Device::Cpu;
     match name {
         "llama.gguf" | "llama-mixed.gguf" => {
@@ -307,7 +307,7 @@ fn gemma_oracle(version: u8) -> (Forward, bool) {
     }
 }
 
-fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     a.iter()
         .zip(b)

@@ -4,6 +4,8 @@
 
 mod architectures;
 mod engine_suite;
+mod hf_directories;
+mod hf_smollm2;
 mod kernels;
 mod quantize;
 mod quantize_llama_cpp;

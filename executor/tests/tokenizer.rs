@@ -1,12 +1,15 @@
 //! Tests of the tokenizer, the chat template and the incremental detokenizer
 //! against the real SmolLM2 GGUF file, plus hostile-input tests on hand-made
-//! metadata, and llama.cpp's real chat templates against jinja2's renders. One
+//! metadata, llama.cpp's real chat templates against jinja2's renders, and
+//! Hugging Face `tokenizer.json` files against the Python `tokenizers` package. One
 //! test binary holds all the modules so the release profile links once.
 
 #[path = "tokenizer/chat_template.rs"]
 mod chat_template;
 #[path = "tokenizer/detokenize.rs"]
 mod detokenize;
+#[path = "tokenizer/hf_json.rs"]
+mod hf_json;
 #[path = "tokenizer/llama_cpp_templates.rs"]
 mod llama_cpp_templates;
 #[path = "tokenizer/llama_cpp_vocab.rs"]
