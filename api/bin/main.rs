@@ -35,8 +35,9 @@ enum Command {
     Executor(ExecutorArgs),
     /// Print the OpenAPI document (what schemas/openapi.json holds).
     Openapi,
-    /// Describe a GGUF file (architecture, size, tensor types, tokenizer, chat
-    /// template) and whether stoker can serve it; exits 1 when it cannot.
+    /// Describe a GGUF file or a Hugging Face directory (architecture, size,
+    /// tensor types, tokenizer, chat template) and whether stoker can serve
+    /// it; exits 1 when it cannot.
     Inspect(InspectArgs),
     /// Operate a running server: deployments, revisions, rollouts, executors, audit.
     Admin(stoker_cli::AdminArgs),
@@ -51,9 +52,12 @@ struct ServeArgs {
     /// TOML config file (lower precedence than STOKER_* variables and flags).
     #[arg(long, env = "STOKER_CONFIG")]
     config: Option<PathBuf>,
-    /// GGUF model file.
+    /// GGUF model file, or Hugging Face model directory.
     #[arg(long)]
     model: Option<PathBuf>,
+    /// Quantize the model's float weights while loading (q8_0, q4_k, q6_k).
+    #[arg(long)]
+    quantize: Option<String>,
     /// A Jinja chat template file to serve instead of the model's own (e.g.
     /// a tool-use template); the revision's template hash names it.
     #[arg(long)]
@@ -74,7 +78,7 @@ struct ServeArgs {
 
 #[derive(clap::Args, Debug)]
 struct InspectArgs {
-    /// The GGUF model file.
+    /// The GGUF model file or Hugging Face model directory.
     file: PathBuf,
     /// Print the report as JSON.
     #[arg(long)]
@@ -201,6 +205,7 @@ fn overrides(args: ServeArgs) -> (Option<PathBuf>, Overrides) {
         args.config,
         Overrides {
             model: args.model,
+            quantize: args.quantize,
             chat_template: args.chat_template,
             listen: args.listen,
             data_dir: args.data_dir,
@@ -302,7 +307,7 @@ fn run_server(config: Config, role: Role) -> ExitCode {
 async fn run(config: Config, role: Role) -> anyhow::Result<()> {
     if !config.model.exists() {
         anyhow::bail!(
-            "model file {} not found; run scripts/fetch-model.sh or pass --model",
+            "model {} not found; run scripts/fetch-model.sh or pass --model",
             config.model.display()
         );
     }

@@ -23,8 +23,13 @@ pub const MAX_CHAT_TEMPLATE_BYTES: u64 = 1 << 20;
 pub struct Config {
     /// Address to listen on. Non-loopback needs API keys or `insecure`.
     pub listen: SocketAddr,
-    /// Path of the GGUF model file.
+    /// Path of the GGUF model file, or of a Hugging Face model directory
+    /// (config.json, tokenizer.json, safetensors).
     pub model: PathBuf,
+    /// Quantize the model's float weights while loading: `q8_0`, `q4_k` or
+    /// `q6_k` (vLLM's and mistral.rs's in-situ quantization); unset serves
+    /// the weights as stored.
+    pub quantize: Option<String>,
     /// Model id clients send; defaults to the file name without `.gguf`.
     pub served_model_name: Option<String>,
     /// A Jinja chat template file served instead of the model's own (vLLM's
@@ -331,6 +336,7 @@ impl Default for Config {
         Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             model: PathBuf::from(DEFAULT_MODEL),
+            quantize: None,
             served_model_name: None,
             chat_template: None,
             data_dir: PathBuf::from("data"),
@@ -353,6 +359,7 @@ impl Default for Config {
 #[derive(Clone, Debug, Default)]
 pub struct Overrides {
     pub model: Option<PathBuf>,
+    pub quantize: Option<String>,
     pub chat_template: Option<PathBuf>,
     pub listen: Option<SocketAddr>,
     pub data_dir: Option<PathBuf>,
@@ -380,9 +387,10 @@ impl Config {
     /// `STOKER_*` variables (`STOKER_CONFIG`, `STOKER_LOG`, test and bench
     /// knobs) are not configuration and must not trip `deny_unknown_fields`.
     pub fn env(prefix: &str) -> Env {
-        const KEYS: [&str; 16] = [
+        const KEYS: [&str; 17] = [
             "listen",
             "model",
+            "quantize",
             "served_model_name",
             "chat_template",
             "data_dir",
@@ -431,6 +439,9 @@ impl Config {
         if let Some(t) = &overrides.chat_template {
             c.chat_template = Some(t.clone());
         }
+        if let Some(q) = &overrides.quantize {
+            c.quantize = Some(q.clone());
+        }
         if let Some(l) = overrides.listen {
             c.listen = l;
         }
@@ -448,6 +459,7 @@ impl Config {
     }
 
     fn check(&self) -> Result<(), ConfigError> {
+        self.load_options()?;
         if !self.listen.ip().is_loopback() && self.api_keys.is_empty() && !self.insecure {
             return Err(ConfigError::InsecureListen(self.listen));
         }
@@ -611,13 +623,44 @@ impl Config {
         Ok(Some((source, format!("--chat-template {name}"))))
     }
 
-    /// The model id clients use.
+    /// The model id clients use: the file name without `.gguf`, or the
+    /// directory's name (whose dots are part of it: `Qwen2.5-0.5B`).
     pub fn model_id(&self) -> String {
         self.served_model_name.clone().unwrap_or_else(|| {
-            self.model
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
+            let name = if self.model.is_dir() {
+                self.model.file_name()
+            } else {
+                self.model.file_stem()
+            };
+            name.map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_else(|| "model".into())
+        })
+    }
+
+    /// How the model is loaded: `quantize` as a weight mode.
+    pub fn load_options(&self) -> Result<stoker_executor::LoadOptions, ConfigError> {
+        use stoker_executor::model::WeightMode;
+        let weights = match self.quantize.as_deref().map(str::to_ascii_lowercase) {
+            None => WeightMode::Native,
+            Some(q) => {
+                let ty = match q.as_str() {
+                    "q8_0" => "Q8_0",
+                    "q4_k" => "Q4_K",
+                    "q6_k" => "Q6_K",
+                    _ => {
+                        return Err(ConfigError::Invalid(format!(
+                            "quantize `{q}` is not one of q8_0, q4_k, q6_k"
+                        )));
+                    }
+                };
+                let ty = stoker_executor::quantize::parse_type(ty)
+                    .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+                WeightMode::Quantize(ty)
+            }
+        };
+        Ok(stoker_executor::LoadOptions {
+            weights,
+            ..Default::default()
         })
     }
 }

@@ -356,3 +356,101 @@ async fn draining_the_embedded_executor_drains_the_server_and_records_it() {
         stoker_controlplane::projection::ExecutorStatus::Drained
     );
 }
+
+/// Copies the tiny Llama directory of the executor's fixtures (written by
+/// `scripts/make_hf_fixtures.py`) to a fresh folder.
+fn llama_dir_copy(tag: &str) -> std::path::PathBuf {
+    let src = stoker_test_support::repo_root().join("executor/tests/fixtures/hf/llama");
+    assert!(
+        src.join("config.json").is_file(),
+        "missing {}: run .venv/bin/python scripts/make_hf_fixtures.py",
+        src.display()
+    );
+    let dst = std::env::temp_dir().join(format!(
+        "stoker-admin-hf-{tag}-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    std::fs::create_dir_all(&dst).unwrap();
+    for e in std::fs::read_dir(&src).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), dst.join(e.file_name())).unwrap();
+    }
+    dst
+}
+
+/// A Hugging Face directory registers as a revision under its manifest
+/// digest; once one of its files changes, registering it under that digest
+/// is refused with a message that says so, and nothing is recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_revision_is_its_manifest_and_a_changed_file_is_refused() {
+    let dir = llama_dir_copy("rev");
+    let sha = stoker_executor::model::hf::HfArtifact::open(&dir)
+        .unwrap()
+        .manifest
+        .sha256;
+    let s = start().await;
+    let c = C::new(&s);
+    let path = format!("/admin/v1/deployments/{MODEL_ID}/revisions");
+    let uri = format!("file://{}", dir.display());
+    let (st, v) = c
+        .admin(
+            "POST",
+            &path,
+            Some(json!({"revision_id": "hf-a", "model_uri": uri, "model_sha256": sha})),
+        )
+        .await;
+    assert_eq!(st, 201, "{v}");
+    assert_eq!(v["data"]["model_sha256"], sha.as_str(), "{v}");
+    assert_eq!(v["data"]["precision"], "f32", "{v}");
+    assert_eq!(
+        v["data"]["tokenizer_hash"].as_str().map(str::len),
+        Some(64),
+        "{v}"
+    );
+
+    // One byte of one file changes: the digest no longer matches.
+    let before = c.event_count().await;
+    let cfg = dir.join("generation_config.json");
+    let mut text = std::fs::read_to_string(&cfg).unwrap();
+    text.push('\n');
+    std::fs::write(&cfg, text).unwrap();
+    let (st, v) = c
+        .admin(
+            "POST",
+            &path,
+            Some(json!({"revision_id": "hf-b", "model_uri": uri, "model_sha256": sha})),
+        )
+        .await;
+    assert_eq!(st, 400, "{v}");
+    assert_eq!(v["error"]["code"], "invalid_value", "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains(&sha) && msg.contains("content changed"),
+        "{msg}"
+    );
+    assert_eq!(
+        c.event_count().await,
+        before,
+        "a refused registration recorded something"
+    );
+
+    // A directory that is not a model is refused, and names what is missing.
+    std::fs::remove_file(dir.join("config.json")).unwrap();
+    let (st, v) = c
+        .admin(
+            "POST",
+            &path,
+            Some(json!({"revision_id": "hf-c", "model_uri": uri, "model_sha256": sha})),
+        )
+        .await;
+    assert_eq!(st, 400, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("config.json"),
+        "{v}"
+    );
+    assert_eq!(c.event_count().await, before);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

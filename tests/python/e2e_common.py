@@ -5,6 +5,7 @@ STOKER_ROOT_URL (the server root, for /metrics) and STOKER_MODEL_PATH in the
 environment. Any failed check exits non-zero with a clear message on stderr.
 """
 
+import hashlib
 import os
 import sys
 import time
@@ -19,6 +20,40 @@ def env(name):
     if not value:
         fail(f"environment variable {name} is not set (the Rust harness sets it)")
     return value
+
+
+# The files of a Hugging Face directory that are part of the model (what
+# stoker hashes into a directory's revision id).
+_MODEL_FILES = (
+    "config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "generation_config.json",
+    "chat_template.jinja",
+    "model.safetensors.index.json",
+)
+
+
+def _sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def artifact_sha256(path):
+    """A GGUF file's sha256, or a model directory's: the sha256 of what
+    `sha256sum` prints for its model files in name order."""
+    if not os.path.isdir(path):
+        return _sha256_file(path)
+    names = sorted(
+        n
+        for n in os.listdir(path)
+        if n in _MODEL_FILES or n.endswith(".safetensors")
+    )
+    listing = "".join(f"{_sha256_file(os.path.join(path, n))}  {n}\n" for n in names)
+    return hashlib.sha256(listing.encode()).hexdigest()
 
 
 def step(message):

@@ -2,14 +2,13 @@
 completions (plain and streamed, with usage), log probabilities, structured outputs, the x-stoker-*
 headers, and the context-length error."""
 
-import hashlib
 import json
 from typing import Literal
 
 import openai
 import pydantic
 
-from e2e_common import check, client, env, fail, step
+from e2e_common import artifact_sha256, check, client, env, fail, step
 
 CHAT = [{"role": "user", "content": "Say hello and introduce yourself in one sentence."}]
 PROMPT = "The three primary colors are"
@@ -31,9 +30,8 @@ check(fields.get("owned_by"), f"owned_by missing: {fields}")
 revision = fields.get("revision")
 check(isinstance(revision, str) and revision, f"revision missing: {fields}")
 sha = fields.get("sha256")
-with open(env("STOKER_MODEL_PATH"), "rb") as f:
-    file_sha = hashlib.sha256(f.read()).hexdigest()
-check(sha == file_sha, f"model sha256 is {sha!r}, the file's is {file_sha}")
+file_sha = artifact_sha256(env("STOKER_MODEL_PATH"))
+check(sha == file_sha, f"model sha256 is {sha!r}, the artifact's is {file_sha}")
 MODEL = m.id
 
 # --- chat, non-streaming, with the raw response for headers -------------------------

@@ -138,6 +138,15 @@ pub fn path_of(uri: &str) -> PathBuf {
 pub async fn check_artifact(path: &Path) -> ArtifactCheck {
     let path = path.to_path_buf();
     tokio::task::spawn_blocking(move || {
+        if path.is_dir() {
+            // A directory's identity is its manifest (executor's `hf::manifest`).
+            return match stoker_executor::model::hf::HfArtifact::open(&path) {
+                Ok(a) => ArtifactCheck::Verified {
+                    sha256: a.manifest.sha256,
+                },
+                Err(e) => ArtifactCheck::Unreadable(e.to_string()),
+            };
+        }
         let mut f = match std::fs::File::open(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return ArtifactCheck::Absent,

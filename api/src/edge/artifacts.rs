@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use stoker_executor::{Engine, LoadOptions, Model};
+use stoker_executor::{Engine, Model};
 
 use crate::backend::Served;
 use crate::state::AppState;
@@ -19,7 +19,8 @@ pub async fn load_artifact(state: &AppState, path: &Path) -> anyhow::Result<Arc<
     let st = state.clone();
     let path = path.to_path_buf();
     tokio::task::spawn_blocking(move || -> anyhow::Result<Arc<Served>> {
-        let model = Model::load(&path, LoadOptions::default())
+        let opts = st.config.load_options()?;
+        let model = Model::load(&path, opts)
             .with_context(|| format!("loading model {}", path.display()))?;
         if let Some(s) = st.model_by_sha(&model.identity.sha256) {
             return Ok(s);

@@ -9,13 +9,14 @@ use std::time::Duration;
 use axum::http::HeaderMap;
 use serde_json::Value;
 use stoker_executor::chat_template::{ChatMessage, RenderOptions, TemplateError};
-use stoker_executor::structured::StructuredOutput;
+use stoker_executor::model::GenerationDefaults;
 use stoker_executor::{Lane, SamplingParams, TenantId, ValidRequest};
 use stoker_schemas::openai::{
     ChatCompletionRequest, CompletionRequest, MessageContent, PromptSpec, StopSpec,
 };
 
 pub use crate::edge::echo::Echo;
+use crate::edge::request_fields::{logit_bias, response_format};
 use crate::edge::routing::Target;
 use crate::edge::tools::{self, ToolMode};
 use crate::error::{ApiError, truncate};
@@ -57,6 +58,7 @@ impl Prepared {
 }
 
 /// The sampling fields chat and completions share.
+#[derive(Default)]
 struct Common<'a> {
     stream: Option<bool>,
     include_usage: Option<bool>,
@@ -108,7 +110,14 @@ fn choices(n: Option<i64>) -> Result<usize, ApiError> {
     }
 }
 
-fn common_params(c: &Common<'_>) -> Result<SamplingParams, ApiError> {
+/// A model's default as the request's type (see [`common_params`]).
+fn model_default(v: Option<f32>) -> Option<f64> {
+    v.map(f64::from)
+}
+
+/// The request's sampling parameters; fields it leaves out take the model's
+/// own defaults (`g`, a directory's generation config), else OpenAI's.
+fn common_params(c: &Common<'_>, g: &GenerationDefaults) -> Result<SamplingParams, ApiError> {
     choices(c.n)?;
     let penalty = |name: &str, v: Option<f64>, default: f32| -> Result<f32, ApiError> {
         match v {
@@ -122,7 +131,8 @@ fn common_params(c: &Common<'_>) -> Result<SamplingParams, ApiError> {
     };
     let presence_penalty = penalty("presence_penalty", c.presence_penalty, 0.0)?;
     let frequency_penalty = penalty("frequency_penalty", c.frequency_penalty, 0.0)?;
-    let repetition_penalty = penalty("repetition_penalty", c.repetition_penalty, 1.0)?;
+    let repetition_penalty = c.repetition_penalty.or(model_default(g.repetition_penalty));
+    let repetition_penalty = penalty("repetition_penalty", repetition_penalty, 1.0)?;
     let logit_bias = logit_bias(c.logit_bias)?;
     let min_tokens = match c.min_tokens {
         None => 0,
@@ -142,10 +152,14 @@ fn common_params(c: &Common<'_>) -> Result<SamplingParams, ApiError> {
             "user",
         ));
     }
-    let temperature = c.temperature.unwrap_or(1.0);
-    let top_p = c.top_p.unwrap_or(1.0);
+    let temperature = c
+        .temperature
+        .or(model_default(g.temperature))
+        .unwrap_or(1.0);
+    let top_p = c.top_p.or(model_default(g.top_p)).unwrap_or(1.0);
     let top_k = match c.top_k {
-        None | Some(0) | Some(-1) => None,
+        None => g.top_k,
+        Some(0) | Some(-1) => None,
         Some(k) if k >= 1 => Some(k.min(u32::MAX as i64) as usize),
         Some(_) => {
             return Err(ApiError::invalid(
@@ -179,131 +193,6 @@ fn common_params(c: &Common<'_>) -> Result<SamplingParams, ApiError> {
         include_stop_str_in_output: c.include_stop_str_in_output.unwrap_or(false),
         structured,
     })
-}
-
-/// OpenAI's `response_format`: `text` (none), `json_object`, or `json_schema`
-/// with its `schema`, all enforced while decoding whatever `strict` says (as
-/// vLLM does). Other types are refused by name.
-fn response_format(v: Option<&Value>) -> Result<Option<StructuredOutput>, ApiError> {
-    let map = match v {
-        None | Some(Value::Null) => return Ok(None),
-        Some(Value::Object(m)) => m,
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "`response_format` must be an object with a `type`",
-                "response_format",
-            ));
-        }
-    };
-    let kind = map.get("type").and_then(Value::as_str).ok_or_else(|| {
-        ApiError::invalid(
-            "`response_format.type` must be `text`, `json_object` or `json_schema`",
-            "response_format.type",
-        )
-    })?;
-    match kind {
-        "text" => Ok(None),
-        "json_object" => Ok(Some(StructuredOutput::JsonObject)),
-        "json_schema" => {
-            let param = "response_format.json_schema";
-            let js = map
-                .get("json_schema")
-                .and_then(Value::as_object)
-                .ok_or_else(|| {
-                    ApiError::invalid(
-                        "`response_format.json_schema` must be an object with a `schema`",
-                        param,
-                    )
-                })?;
-            if js
-                .get("name")
-                .is_some_and(|n| !(n.is_string() || n.is_null()))
-            {
-                return Err(ApiError::invalid(
-                    "`response_format.json_schema.name` must be a string",
-                    "response_format.json_schema.name",
-                ));
-            }
-            if js
-                .get("strict")
-                .is_some_and(|n| !(n.is_boolean() || n.is_null()))
-            {
-                return Err(ApiError::invalid(
-                    "`response_format.json_schema.strict` must be a boolean",
-                    "response_format.json_schema.strict",
-                ));
-            }
-            let schema = js.get("schema").filter(|s| !s.is_null()).ok_or_else(|| {
-                ApiError::invalid(
-                    "`response_format.json_schema.schema` is required",
-                    "response_format.json_schema.schema",
-                )
-            })?;
-            let format = StructuredOutput::JsonSchema(schema.clone());
-            format.validate().map_err(|e| {
-                ApiError::invalid(
-                    format!("`response_format`: {e}"),
-                    "response_format.json_schema.schema",
-                )
-            })?;
-            Ok(Some(format))
-        }
-        other => Err(ApiError::unsupported(
-            "response_format.type",
-            &format!("a response format of type `{}`", truncate(other, 32)),
-        )),
-    }
-}
-
-/// OpenAI's `logit_bias`: an object from token ids (as strings) to a bias,
-/// sorted by id for the engine. Ranges and the vocabulary are checked by the
-/// engine's validation.
-fn logit_bias(v: Option<&Value>) -> Result<Vec<(u32, f32)>, ApiError> {
-    let param = "logit_bias";
-    let map = match v {
-        None | Some(Value::Null) => return Ok(Vec::new()),
-        Some(Value::Object(m)) => m,
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "`logit_bias` must be an object mapping token ids to biases",
-                param,
-            ));
-        }
-    };
-    let max = stoker_executor::request::MAX_LOGIT_BIAS;
-    if map.len() > max {
-        return Err(ApiError::invalid(
-            format!(
-                "at most {max} `logit_bias` entries are allowed, got {}",
-                map.len()
-            ),
-            param,
-        ));
-    }
-    let mut out = Vec::with_capacity(map.len());
-    for (k, b) in map {
-        let id: u32 = k.trim().parse().map_err(|_| {
-            ApiError::invalid(
-                format!("`logit_bias` key `{}` is not a token id", truncate(k, 32)),
-                param,
-            )
-        })?;
-        let bias = b.as_f64().filter(|b| b.is_finite()).ok_or_else(|| {
-            ApiError::invalid(
-                format!("`logit_bias` for token {id} must be a number"),
-                param,
-            )
-        })?;
-        out.push((id, bias as f32));
-    }
-    out.sort_by_key(|&(id, _)| id);
-    if let Some(w) = out.windows(2).find(|w| w[0].0 == w[1].0) {
-        return Err(ApiError::invalid(
-            format!("`logit_bias` names token {} twice", w[0].0),
-            param,
-        ));
-    }
-    Ok(out)
 }
 
 fn max_tokens(v: Option<i64>, param: &str) -> Result<Option<usize>, ApiError> {
@@ -424,7 +313,7 @@ pub fn chat(req: ChatCompletionRequest, tenant: &str, t: &Target) -> Result<Prep
         ignore_eos: req.ignore_eos,
         response_format: req.response_format.as_ref(),
     };
-    let params = common_params(&c)?;
+    let params = common_params(&c, &t.served.artifact.info().generation)?;
     let lane = lane_of(c.service_tier)?;
     if req.functions.as_ref().is_some_and(|v| !v.is_null()) {
         return Err(ApiError::unsupported(
@@ -676,7 +565,7 @@ pub fn completion(req: CompletionRequest, tenant: &str, t: &Target) -> Result<Pr
         ignore_eos: req.ignore_eos,
         response_format: req.response_format.as_ref(),
     };
-    let params = common_params(&c)?;
+    let params = common_params(&c, &t.served.artifact.info().generation)?;
     let lane = lane_of(c.service_tier)?;
     if req.best_of.is_some_and(|b| b > 1) {
         return Err(ApiError::unsupported("best_of", "best_of > 1"));
@@ -772,6 +661,33 @@ mod tests {
     use stoker_schemas::codes::ErrorCode;
 
     use super::*;
+
+    #[test]
+    fn fields_a_request_leaves_out_take_the_models_defaults() {
+        let g = GenerationDefaults {
+            temperature: Some(0.6),
+            top_p: Some(0.9),
+            top_k: Some(20),
+            repetition_penalty: Some(1.1),
+        };
+        let p = common_params(&Common::default(), &g).unwrap();
+        assert_eq!((p.temperature, p.top_p, p.top_k), (0.6, 0.9, Some(20)));
+        assert_eq!(p.repetition_penalty, 1.1);
+        // What the request says wins; `top_k: -1` turns the default off.
+        let c = Common {
+            temperature: Some(0.0),
+            top_p: Some(1.0),
+            top_k: Some(-1),
+            repetition_penalty: Some(1.0),
+            ..Common::default()
+        };
+        let p = common_params(&c, &g).unwrap();
+        assert_eq!((p.temperature, p.top_p, p.top_k), (0.0, 1.0, None));
+        assert_eq!(p.repetition_penalty, 1.0);
+        // No model defaults: OpenAI's.
+        let p = common_params(&Common::default(), &GenerationDefaults::default()).unwrap();
+        assert_eq!((p.temperature, p.top_p, p.top_k), (1.0, 1.0, None));
+    }
 
     #[test]
     fn a_conversation_the_template_cannot_render_is_the_clients_400() {

@@ -62,6 +62,7 @@ pub async fn load_api(state: &AppState) -> anyhow::Result<LeaseHold> {
     let st = state.clone();
     let hold = spawn_renewal(lease.clone(), move || st.request_drain());
     let path = state.config.model.clone();
+    let mode = state.config.load_options()?.weights;
     let template = state.config.chat_template_override();
     let timeout = Duration::from_millis(state.config.kafka.executor_timeout_ms.max(100));
     let instance = state.config.executor_id.clone();
@@ -70,8 +71,8 @@ pub async fn load_api(state: &AppState) -> anyhow::Result<LeaseHold> {
     let backend = tokio::task::spawn_blocking(move || -> anyhow::Result<RemoteBackend> {
         // The header only: an API host never runs the model, so it neither
         // holds the weights nor waits for them to load.
-        let mut model =
-            ModelMeta::read(&path).with_context(|| format!("reading model {}", path.display()))?;
+        let mut model = ModelMeta::read_as(&path, mode)
+            .with_context(|| format!("reading model {}", path.display()))?;
         if let Some((source, origin)) = template? {
             model
                 .override_chat_template(&source, &origin)
@@ -84,6 +85,7 @@ pub async fn load_api(state: &AppState) -> anyhow::Result<LeaseHold> {
                 vocab_size: model.config.vocab_size,
                 // Executors refuse what their own caches cannot hold.
                 num_kv_blocks: model.config.context_length / BLOCK_SIZE + 1,
+                generation: model.generation,
             },
             tokenizer: model.tokenizer,
             chat_template: model.chat_template,

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use stoker_executor::{Engine, LoadOptions, Model};
+use stoker_executor::{Engine, Model};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -282,7 +282,7 @@ async fn drain_interactive(state: &AppState, timeout: Duration) {
 fn load(state: &AppState) -> anyhow::Result<()> {
     let cfg = &state.config;
     let t0 = Instant::now();
-    let mut model = Model::load(&cfg.model, LoadOptions::default())
+    let mut model = Model::load(&cfg.model, cfg.load_options()?)
         .with_context(|| format!("loading model {}", cfg.model.display()))?;
     if let Some((source, origin)) = cfg.chat_template_override()? {
         model

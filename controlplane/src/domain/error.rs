@@ -128,7 +128,8 @@ pub enum DomainError {
     },
     #[error(
         "the artifact of revision {revision_id:?} has sha256 {actual}, but the registration \
-         expects {expected}"
+         expects {expected}: its content changed since that hash was taken (a model \
+         directory's hash covers every model file in it; `stoker inspect` lists each file's)"
     )]
     HashMismatch {
         revision_id: String,

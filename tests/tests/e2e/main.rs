@@ -17,6 +17,7 @@ mod disk_full;
 mod distributed;
 mod drain;
 mod harness;
+mod hf_dir;
 mod logs;
 mod object_storage;
 mod sdk;

@@ -222,9 +222,10 @@ pub struct RegisterRevision {
     /// Defaults to the first 12 hex digits of `model_sha256`.
     #[serde(default)]
     pub revision_id: Option<String>,
-    /// `file:///abs/path.gguf` or a path on the server.
+    /// `file:///abs/path.gguf`, a model directory, or a path on the server.
     pub model_uri: String,
-    /// What the artifact must hash to (hex); registration checks it.
+    /// What the artifact must hash to (hex): a file's sha256, or a
+    /// directory's manifest digest (`stoker inspect DIR`); registration checks it.
     pub model_sha256: String,
     #[serde(default)]
     pub reason: Option<String>,
@@ -247,11 +248,13 @@ pub async fn register_revision(
             "model_uri",
         ));
     }
-    // Only model files are read: an admin key must not become a way to hash
-    // arbitrary files on the server.
-    if !body.model_uri.to_ascii_lowercase().ends_with(".gguf") {
+    // Only model artifacts are read: an admin key must not become a way to
+    // hash arbitrary files on the server. A directory is hashed over the
+    // model files it holds (config, tokenizer, safetensors) and nothing else.
+    let is_dir = path_of(&body.model_uri).is_dir();
+    if !is_dir && !body.model_uri.to_ascii_lowercase().ends_with(".gguf") {
         return Err(ApiError::invalid(
-            "`model_uri` must name a `.gguf` file",
+            "`model_uri` must name a `.gguf` file or a Hugging Face model directory",
             "model_uri",
         ));
     }
