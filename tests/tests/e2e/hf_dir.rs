@@ -119,7 +119,10 @@ fn bad_directories_and_quantizations_are_refused_at_start() {
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
     let err = run(&empty, &[]);
-    assert!(err.contains("not a model directory") && err.contains("has no config.json"), "{err}");
+    assert!(
+        err.contains("not a model directory") && err.contains("has no config.json"),
+        "{err}"
+    );
     let err = run(&bf16_dir(), &["--quantize", "q3_k"]);
     assert!(
         err.contains("quantize `q3_k` is not one of q8_0, q4_k, q6_k"),
