@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 
 use stoker_executor::kernels::QDtype;
 use stoker_executor::model::WeightMode;
-use stoker_executor::model::weights::Proj;
 use stoker_executor::{
     Engine, EngineConfig, EngineEvent, Lane, LoadOptions, Model, SamplingParams, TenantId,
     ValidRequest,
@@ -120,18 +119,11 @@ fn greedy(engine: &Engine, i: usize) -> Vec<u32> {
 }
 
 fn q8_bytes(m: &Model) -> Vec<Vec<u8>> {
-    let mut out = vec![m.weights.embed.to_ggml_bytes()];
-    for l in &m.weights.layers {
-        for p in [&l.qkv, &l.gate_up] {
-            match p {
-                Proj::Fused(x) => out.push(x.to_ggml_bytes()),
-                Proj::Split(parts) => out.extend(parts.iter().map(|x| x.to_ggml_bytes())),
-            }
-        }
-        out.push(l.wo.to_ggml_bytes());
-        out.push(l.down.to_ggml_bytes());
-    }
-    out
+    m.weights
+        .matrices()
+        .into_iter()
+        .map(|x| x.to_ggml_bytes())
+        .collect()
 }
 
 fn main() {

@@ -246,13 +246,7 @@ impl ChatTemplate {
         md: &HashMap<String, gguf_file::Value>,
         tokenizer: &ModelTokenizer,
     ) -> Result<Self, TemplateError> {
-        let bos = tokenizer
-            .bos_token_id()
-            .and_then(|id| tokenizer.id_to_token(id))
-            .unwrap_or_default();
-        let eos = tokenizer
-            .id_to_token(tokenizer.eos_token_id())
-            .unwrap_or_default();
+        let (bos, eos) = tokenizer.bos_eos_text();
         match md.get(KEY_CHAT_TEMPLATE) {
             None => Self::build(FALLBACK_CHATML_TEMPLATE.to_owned(), bos, eos, true),
             Some(gguf_file::Value::String(s)) => Self::build(s.clone(), bos, eos, false),

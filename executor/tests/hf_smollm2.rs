@@ -343,18 +343,11 @@ fn hf_smollm2_directory_picks_the_gguf_greedy_tokens() {
 
 /// Every matrix of a model as ggml bytes, in load order.
 fn matrix_bytes(m: &Model) -> Vec<Vec<u8>> {
-    let mut out = vec![m.weights.embed.to_ggml_bytes()];
-    for l in &m.weights.layers {
-        for p in [&l.qkv, &l.gate_up] {
-            match p {
-                Proj::Fused(x) => out.push(x.to_ggml_bytes()),
-                Proj::Split(parts) => out.extend(parts.iter().map(|x| x.to_ggml_bytes())),
-            }
-        }
-        out.push(l.wo.to_ggml_bytes());
-        out.push(l.down.to_ggml_bytes());
-    }
-    out
+    m.weights
+        .matrices()
+        .into_iter()
+        .map(|x| x.to_ggml_bytes())
+        .collect()
 }
 
 /// `--quantize q8_0` on the F16 directory writes the matrices gguf-py's

@@ -173,11 +173,7 @@ impl ModelConfig {
         let factor = md.f32("rope.scaling.factor", 0.0)?;
         let rope_freq_scale = if factor == 0.0 { 1.0 } else { 1.0 / factor };
 
-        let gemma = arch.is_gemma();
-        let rope_style = match arch {
-            Arch::Llama => RopeStyle::Normal,
-            _ => RopeStyle::Neox,
-        };
+        let f = Features::of(arch, hidden);
         // Gemma's query scale, as llama.cpp derives it (the file carries no
         // key for it): 1/sqrt(head_dim), except for the 27B models (46 layers
         // in Gemma 2, 62 in Gemma 3), whose query_pre_attn_scalar is
@@ -219,22 +215,18 @@ impl ModelConfig {
                 freq_scale: 1.0,
             }),
             rope_dim,
-            rope_style,
+            rope_style: f.rope_style,
             rms_eps: md.f32("attention.layer_norm_rms_epsilon", 1e-5)?,
             attn_scale,
             attn_softcap,
             final_softcap,
             sliding_window,
             swa_pattern,
-            activation: if gemma {
-                Activation::GeluTanh
-            } else {
-                Activation::Silu
-            },
-            embed_scale: gemma.then(|| (hidden as f32).sqrt()),
-            qkv_bias: arch == Arch::Qwen2,
-            qk_norm: matches!(arch, Arch::Qwen3 | Arch::Gemma3),
-            post_norms: gemma,
+            activation: f.activation,
+            embed_scale: f.embed_scale,
+            qkv_bias: f.qkv_bias,
+            qk_norm: f.qk_norm,
+            post_norms: f.post_norms,
             head_dim,
             architecture: name.clone(),
             arch,
@@ -311,6 +303,41 @@ impl ModelConfig {
     /// Bytes of KV cache one token occupies across all layers (K and V, f32).
     pub fn kv_bytes_per_token(&self) -> usize {
         2 * self.n_layers * self.kv_width() * std::mem::size_of::<f32>()
+    }
+}
+
+/// What each family does differently, derived from the family alone (neither
+/// a GGUF file nor a `config.json` states these): shared by both readers.
+pub(crate) struct Features {
+    pub rope_style: RopeStyle,
+    pub activation: Activation,
+    pub embed_scale: Option<f32>,
+    pub qkv_bias: bool,
+    pub qk_norm: bool,
+    pub post_norms: bool,
+}
+
+impl Features {
+    pub(crate) fn of(arch: Arch, hidden: usize) -> Features {
+        let gemma = arch.is_gemma();
+        Features {
+            // llama.cpp's converter permutes Llama's q/k rows for the
+            // interleaved ("normal") rope; the other families rotate halves.
+            rope_style: if arch == Arch::Llama {
+                RopeStyle::Normal
+            } else {
+                RopeStyle::Neox
+            },
+            activation: if gemma {
+                Activation::GeluTanh
+            } else {
+                Activation::Silu
+            },
+            embed_scale: gemma.then(|| (hidden as f32).sqrt()),
+            qkv_bias: arch == Arch::Qwen2,
+            qk_norm: matches!(arch, Arch::Qwen3 | Arch::Gemma3),
+            post_norms: gemma,
+        }
     }
 }
 

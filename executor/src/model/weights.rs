@@ -159,6 +159,24 @@ const UNSUPPORTED_TENSORS: &[(&str, &str)] = &[
 ];
 
 impl ModelWeights {
+    /// Every matrix, in load order: the embedding, then per layer q|k|v (or
+    /// its parts), gate|up (or its parts), the attention output and down.
+    pub fn matrices(&self) -> Vec<&QMatrix> {
+        let mut out = vec![&self.embed];
+        for l in &self.layers {
+            for p in [&l.qkv, &l.gate_up] {
+                match p {
+                    Proj::Fused(m) => out.push(m),
+                    Proj::Split(parts) => out.extend(parts),
+                }
+            }
+            out.push(&l.wo);
+            out.push(&l.down);
+        }
+        out.extend(&self.output);
+        out
+    }
+
     pub fn lm_head(&self) -> &QMatrix {
         self.output.as_ref().unwrap_or(&self.embed)
     }

@@ -292,6 +292,17 @@ impl ModelTokenizer {
         ids
     }
 
+    /// The BOS and EOS tokens' text (empty when there is none), as chat
+    /// templates receive them as `bos_token` and `eos_token`.
+    pub fn bos_eos_text(&self) -> (String, String) {
+        let bos = self
+            .bos
+            .and_then(|id| self.id_to_token(id))
+            .unwrap_or_default();
+        let eos = self.id_to_token(self.eos).unwrap_or_default();
+        (bos, eos)
+    }
+
     /// Number of tokens in the vocabulary (special tokens included).
     pub fn vocab_size(&self) -> usize {
         self.vocab_size

@@ -230,6 +230,28 @@ pub struct Cluster {
     objects: TempDir,
     config: String,
     admin_key: Option<String>,
+    /// The model every process serves (default: SmolLM2's GGUF file) and
+    /// flags every process gets (`--quantize q8_0`).
+    serving: Serving,
+}
+
+/// What a cluster serves: a model other than the default, and extra flags.
+#[derive(Clone, Default)]
+pub struct Serving {
+    pub model: Option<std::path::PathBuf>,
+    pub args: Vec<String>,
+}
+
+impl Serving {
+    fn apply(&self, mut o: ServerOptions) -> ServerOptions {
+        if let Some(m) = &self.model {
+            o = o.model(m);
+        }
+        for a in &self.args {
+            o = o.arg(a.clone());
+        }
+        o
+    }
 }
 
 /// What every process of a cluster shares: batch objects in one folder (the
@@ -274,12 +296,18 @@ impl Cluster {
         config: &str,
         admin_key: Option<&str>,
     ) -> Cluster {
-        Cluster::start_inner(tag, executors, config, admin_key, false).await
+        Cluster::start_inner(tag, executors, config, admin_key, false, Serving::default()).await
     }
 
     /// A cluster whose processes reach Postgres through [`Cluster::db_proxy`].
     pub async fn start_behind_db_proxy(tag: &str, executors: usize) -> Cluster {
-        Cluster::start_inner(tag, executors, "", None, true).await
+        Cluster::start_inner(tag, executors, "", None, true, Serving::default()).await
+    }
+
+    /// A cluster serving another model (a Hugging Face directory), with
+    /// extra flags for every process.
+    pub async fn start_serving(tag: &str, executors: usize, serving: Serving) -> Cluster {
+        Cluster::start_inner(tag, executors, "", None, false, serving).await
     }
 
     async fn start_inner(
@@ -288,6 +316,7 @@ impl Cluster {
         config: &str,
         admin_key: Option<&str>,
         proxied: bool,
+        serving: Serving,
     ) -> Cluster {
         let broker = Broker::start();
         let mut db = Database::create(tag);
@@ -303,12 +332,12 @@ impl Cluster {
             let o = opts(&broker.addr(), &db.url, objects.path(), "executor", &id)
                 .config(config)
                 .config("[engine]\nthreads = 1\n");
-            started.push(Server::start(&id, o).await);
+            started.push(Server::start(&id, serving.apply(o)).await);
         }
         let id = format!("{tag}-api");
         let api = Server::start(
             &id,
-            opts(&broker.addr(), &db.url, objects.path(), "api", &id).config(config),
+            serving.apply(opts(&broker.addr(), &db.url, objects.path(), "api", &id).config(config)),
         )
         .await;
         let cluster = Cluster {
@@ -320,6 +349,7 @@ impl Cluster {
             objects,
             config: config.to_string(),
             admin_key: admin_key.map(str::to_string),
+            serving,
         };
         cluster.wait_live(executors).await;
         cluster
@@ -336,7 +366,7 @@ impl Cluster {
         )
         .config(&self.config)
         .config("[engine]\nthreads = 1\n");
-        Server::start(id, o).await
+        Server::start(id, self.serving.apply(o)).await
     }
 
     /// `GET /admin/v1/executors` on the API.

@@ -130,3 +130,41 @@ fn bad_directories_and_quantizations_are_refused_at_start() {
     );
     std::fs::remove_dir_all(&empty).unwrap();
 }
+
+/// Distributed mode on a directory: the API instance reads only the
+/// directory's configuration and tokenizer (`ModelMeta`), the executor loads
+/// and quantizes the weights, and both name the same revision, so the API
+/// routes to the executor and the answer's provenance is the manifest digest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_serves_in_distributed_mode() {
+    use crate::cluster::{Cluster, Serving};
+    let dir = bf16_dir();
+    let digest = inspect_json(&dir)["sha256"].as_str().unwrap().to_string();
+    let serving = Serving {
+        model: Some(dir.clone()),
+        args: vec!["--quantize".into(), "q8_0".into()],
+    };
+    let cluster = Cluster::start_serving("hf_dist", 1, serving).await;
+    let model = cluster.api.model_id(None).await;
+    assert_eq!(model, "SmolLM2-135M-Instruct-bf16");
+    let resp = crate::harness::http()
+        .post(cluster.api.url("/v1/chat/completions"))
+        .json(&serde_json::json!({
+            "model": model,
+            "messages": [{"role": "user", "content": "Name a color."}],
+            "max_tokens": 8,
+            "temperature": 0,
+            "ignore_eos": true,
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let sha = resp.headers()["x-stoker-model-sha256"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(sha, digest);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["usage"]["completion_tokens"], 8, "{body}");
+}

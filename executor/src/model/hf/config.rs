@@ -13,7 +13,7 @@
 use serde_json::{Map, Value};
 
 use crate::error::ModelError;
-use crate::model::config::{Activation, Arch, ModelConfig, RopeParams, RopeStyle};
+use crate::model::config::{Arch, Features, ModelConfig, RopeParams};
 
 /// Hugging Face class names (`architectures[0]`) and the family each is.
 pub const SUPPORTED_HF_ARCHITECTURES: &[(&str, Arch)] = &[
@@ -238,6 +238,7 @@ impl HfConfig {
             Arch::Gemma2 => "gemma2",
             Arch::Gemma3 => "gemma3",
         };
+        let f = Features::of(arch, hidden);
         let config = ModelConfig {
             architecture: name.to_owned(),
             arch,
@@ -253,26 +254,18 @@ impl HfConfig {
             rope_freq_scale,
             rope_local: rope_local.transpose()?,
             rope_dim,
-            rope_style: if arch == Arch::Llama {
-                RopeStyle::Normal
-            } else {
-                RopeStyle::Neox
-            },
+            rope_style: f.rope_style,
             rms_eps: k.f32("rms_norm_eps", 1e-6)?,
             attn_scale,
             attn_softcap,
             final_softcap,
             sliding_window,
             swa_pattern,
-            activation: if gemma {
-                Activation::GeluTanh
-            } else {
-                Activation::Silu
-            },
-            embed_scale: gemma.then(|| (hidden as f32).sqrt()),
-            qkv_bias: arch == Arch::Qwen2,
-            qk_norm: matches!(arch, Arch::Qwen3 | Arch::Gemma3),
-            post_norms: gemma,
+            activation: f.activation,
+            embed_scale: f.embed_scale,
+            qkv_bias: f.qkv_bias,
+            qk_norm: f.qk_norm,
+            post_norms: f.post_norms,
         };
         config.validate()?;
         let dtype = match k.opt_str("torch_dtype")? {
@@ -372,6 +365,7 @@ fn llama3_factors(s: &Keys<'_>, base: f32, dim: usize) -> Result<Vec<f32>, Model
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::config::RopeStyle;
 
     fn llama(extra: &str) -> String {
         format!(

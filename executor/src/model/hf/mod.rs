@@ -158,13 +158,7 @@ impl HfArtifact {
         } else {
             None
         };
-        let bos = tokenizer
-            .bos_token_id()
-            .and_then(|id| tokenizer.id_to_token(id))
-            .unwrap_or_default();
-        let eos = tokenizer
-            .id_to_token(tokenizer.eos_token_id())
-            .unwrap_or_default();
+        let (bos, eos) = tokenizer.bos_eos_text();
         let chat_template = match (&tok_cfg.chat_template, &jinja_text) {
             (Some(src), _) => ChatTemplate::new(src.clone(), bos, eos)
                 .map(|t| t.with_origin(format!("the directory's {TOKENIZER_CONFIG_FILE}"))),
