@@ -10,4 +10,5 @@ pub mod requestlog;
 pub mod routing;
 pub mod service;
 pub mod store;
+pub mod tenants;
 pub mod transport;

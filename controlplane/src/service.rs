@@ -111,7 +111,7 @@ impl ControlPlane {
         Ok(())
     }
 
-    async fn run<A: crate::domain::Aggregate>(
+    pub(crate) async fn run<A: crate::domain::Aggregate>(
         &self,
         stream_id: &str,
         cmd: A::Command,

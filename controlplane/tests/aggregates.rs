@@ -26,3 +26,5 @@ mod given;
 mod revision;
 #[path = "aggregates/rollout.rs"]
 mod rollout;
+#[path = "aggregates/tenant.rs"]
+mod tenant;

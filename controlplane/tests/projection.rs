@@ -137,6 +137,36 @@ async fn history(cp: &ControlPlane) -> String {
         .await
         .unwrap();
     cp.retire_deployment(&id("d2"), &alice).await.unwrap();
+    let acme = id("acme");
+    cp.create_tenant(&acme, Some("Acme".into()), &alice)
+        .await
+        .unwrap();
+    let k1 = cp
+        .issue_key(
+            &acme,
+            "acme-prod".into(),
+            vec![stoker_schemas::events::KeyScope::Inference],
+            &alice,
+        )
+        .await
+        .unwrap();
+    cp.issue_key(
+        &acme,
+        "acme-batch".into(),
+        vec![stoker_schemas::events::KeyScope::Batch],
+        &alice,
+    )
+    .await
+    .unwrap();
+    let quota = stoker_schemas::events::TenantQuota {
+        tokens_per_minute: Some(1000),
+        weight: 2,
+        ..Default::default()
+    };
+    cp.set_tenant_quota(&acme, quota, &alice).await.unwrap();
+    cp.revoke_key(&k1.key_id, &meta("bob", Some("leaked".into())))
+        .await
+        .unwrap();
     r1.to_string()
 }
 
@@ -161,7 +191,18 @@ async fn live_equals_rebuilt(kind: Kind) {
     assert_eq!(route.rollout_id, None);
 
     let live_docs = cp.projector().stored_documents().await.unwrap();
-    assert_eq!(live_docs.len(), 2 + 2 + 2 + 1 + 1, "{live_docs:#?}");
+    let acme = &live.tenants["acme"];
+    assert_eq!(acme.quota.weight, 2);
+    assert_eq!(acme.keys.values().filter(|k| k.is_active()).count(), 1);
+    let revoked = acme.keys.values().find(|k| !k.is_active()).unwrap();
+    assert_eq!(
+        (
+            revoked.revoked_by.as_deref(),
+            revoked.revoke_reason.as_deref()
+        ),
+        (Some("bob"), Some("leaked"))
+    );
+    assert_eq!(live_docs.len(), 2 + 2 + 2 + 1 + 1 + 1, "{live_docs:#?}");
 
     // Another process opening the store loads the same views from the tables.
     let other = ControlPlane::open(fx.reconnect().await).await.unwrap();

@@ -98,8 +98,10 @@ catalogue! {
     /// request (starting, shutting down, the control-plane database is
     /// unreachable, or a distributed job never started).
     NotReady = "not_ready",
-    /// Reserved for per-tenant quotas, which are not enforced yet; the request
-    /// log counts it as an overload.
+    /// 429 with `Retry-After`: the tenant is over one of its quotas
+    /// (concurrent requests, tokens per minute, batch backlog, stored file
+    /// bytes); the message names the quota, and `Retry-After` is when the
+    /// tenant's own budget refills. The request log counts it as an overload.
     TenantQuotaExceeded = "tenant_quota_exceeded",
     /// 429 with `Retry-After`: the open batches already hold as much estimated
     /// work as allowed.

@@ -20,7 +20,9 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::ids::{BatchId, DeploymentId, ExecutorId, FileId, RevisionId, RolloutId};
+use crate::ids::{
+    BatchId, DeploymentId, ExecutorId, FileId, KeyId, RevisionId, RolloutId, TenantId,
+};
 
 /// The payload schema version written with every event of this build.
 pub const EVENT_VERSION: i32 = 1;
@@ -462,6 +464,121 @@ event_enum! {
     ]
 }
 
+// ---- tenant ----
+
+/// What an API key may do: each route needs one of these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyScope {
+    Inference,
+    Batch,
+    Admin,
+}
+
+impl KeyScope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyScope::Inference => "inference",
+            KeyScope::Batch => "batch",
+            KeyScope::Admin => "admin",
+        }
+    }
+}
+
+/// A tenant's quotas (each `None` is unlimited) and its fair-share weight in
+/// the executor's scheduler. Quotas are enforced at the API's edge before any
+/// model work; the weight divides prefill and decode tokens within a lane.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TenantQuota {
+    /// Requests of the tenant in flight at once.
+    #[serde(default)]
+    pub max_concurrent_requests: Option<u32>,
+    /// Prompt plus `max_tokens` reserved at admission per minute; the unused
+    /// part is returned when the request ends.
+    #[serde(default)]
+    pub tokens_per_minute: Option<u64>,
+    /// Rows of the tenant's open batches not yet run.
+    #[serde(default)]
+    pub max_batch_queued_rows: Option<u64>,
+    /// Estimated tokens of the tenant's open batches.
+    #[serde(default)]
+    pub max_batch_queued_tokens: Option<u64>,
+    /// Bytes of the tenant's stored files.
+    #[serde(default)]
+    pub max_file_bytes: Option<u64>,
+    /// The tenant's share of each lane's tokens relative to other tenants'
+    /// (1 to 1000; every tenant without a quota weighs 1).
+    #[serde(default = "TenantQuota::default_weight")]
+    pub weight: u32,
+}
+
+impl TenantQuota {
+    pub const MAX_WEIGHT: u32 = 1000;
+
+    fn default_weight() -> u32 {
+        1
+    }
+}
+
+impl Default for TenantQuota {
+    fn default() -> Self {
+        Self {
+            max_concurrent_requests: None,
+            tokens_per_minute: None,
+            max_batch_queued_rows: None,
+            max_batch_queued_tokens: None,
+            max_file_bytes: None,
+            weight: 1,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TenantCreated {
+    pub tenant_id: TenantId,
+    #[serde(default)]
+    pub display_name: Option<String>,
+}
+
+/// A key was issued. Only a salted SHA-256 of its secret is recorded: the
+/// secret itself was shown once, to whoever issued it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ApiKeyIssued {
+    pub tenant_id: TenantId,
+    pub key_id: KeyId,
+    /// Who holds the key: the actor of admin writes made with it.
+    pub name: String,
+    pub scopes: Vec<KeyScope>,
+    /// 16 random bytes, hex.
+    pub salt: String,
+    /// `sha256(salt bytes || secret)`, hex.
+    pub secret_sha256: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ApiKeyRevoked {
+    pub tenant_id: TenantId,
+    pub key_id: KeyId,
+}
+
+/// The tenant's quotas and weight from now on (the whole set, not a patch).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TenantQuotaSet {
+    pub tenant_id: TenantId,
+    pub quota: TenantQuota,
+}
+
+event_enum! {
+    /// Events of a `tenant` stream (stream id = tenant id): the tenant, its
+    /// API keys and its quotas.
+    TenantEvent, stream_type = "tenant", [
+        TenantCreated,
+        ApiKeyIssued,
+        ApiKeyRevoked,
+        TenantQuotaSet,
+    ]
+}
+
 /// The JSON Schema of each event enum as checked in under `schemas/events/`:
 /// `(file name, pretty-printed document with a trailing newline)`.
 pub fn json_schemas() -> Vec<(&'static str, String)> {
@@ -480,5 +597,6 @@ pub fn json_schemas() -> Vec<(&'static str, String)> {
         ),
         ("executor.schema.json", render::<ExecutorEvent>()),
         ("batch.schema.json", render::<BatchEvent>()),
+        ("tenant.schema.json", render::<TenantEvent>()),
     ]
 }

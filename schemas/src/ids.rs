@@ -1,5 +1,5 @@
 //! Identifiers as newtypes: deployment, revision, rollout, executor, batch,
-//! file and request ids.
+//! file, request, tenant and API key ids.
 //!
 //! An id is validated once, when it is parsed: at the HTTP edge (path and body
 //! parameters), from the process's own config, and when an event or row is
@@ -31,7 +31,9 @@
 //! - batch ids: `batch_` then `[A-Za-z0-9._-]`, at most 64 characters in all;
 //! - file ids: `file-` then `[A-Za-z0-9._-]`, at most 128 characters in all
 //!   (a batch's output file is `file-{batch id without batch_}-output`);
-//! - request ids: 1 to 128 characters of `[A-Za-z0-9._-]`.
+//! - request ids: 1 to 128 characters of `[A-Za-z0-9._-]`;
+//! - tenant ids: 1 to 64 characters of `[A-Za-z0-9._-]`;
+//! - API key ids: `k` then `[A-Za-z0-9._-]`, at most 64 characters.
 //!
 //! Batch, file and request ids minted here (uuid v4) cannot fail.
 
@@ -312,6 +314,19 @@ id_type! {
 }
 
 id_type! {
+    /// A tenant's id: 1 to 64 characters of `[A-Za-z0-9._-]` (it names the
+    /// tenant's event stream and appears in URLs).
+    TenantId, kind = "tenant", max = 64, prefix = ""
+}
+
+id_type! {
+    /// An API key's id: `k` then `[A-Za-z0-9._-]`, at most 64 characters
+    /// (minted as `k` and 16 hex digits). It is the public part of the key
+    /// `stk_{key id}_{secret}`: what the audit trail and `/admin/v1/keys` show.
+    KeyId, kind = "key", max = 64, prefix = "k"
+}
+
+id_type! {
     /// A request's id (the `x-request-id` header; `batch_req_…` for batch
     /// rows): 1 to 128 characters of `[A-Za-z0-9._-]`.
     RequestId, kind = "request", max = 128, prefix = ""
@@ -367,6 +382,13 @@ impl RequestId {
     /// A fresh `batch_req_{32 hex digits}`, for a line of a batch's output.
     pub fn generate_batch_row() -> Self {
         Self(format!("batch_req_{}", uuid_hex()))
+    }
+}
+
+impl KeyId {
+    /// A fresh `k{16 hex digits}`, for a key being issued.
+    pub fn generate() -> Self {
+        Self(format!("k{}", &uuid_hex()[..16]))
     }
 }
 

@@ -105,9 +105,17 @@ pub struct JobMessage {
     /// `interactive` or `batch`.
     pub lane: String,
     pub tenant: String,
+    /// The tenant's fair-share weight in the executor's scheduler (absent
+    /// from older senders: 1).
+    #[serde(default = "one")]
+    pub tenant_weight: u32,
     /// Milliseconds since the epoch when the API sent it: a job older than
     /// the API's patience is refused instead of run for nobody.
     pub sent_unix_ms: u64,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// What happened to a job, in order per request (`seq` counts from 0).

@@ -65,6 +65,7 @@ fn job() -> JobMessage {
         },
         lane: "interactive".into(),
         tenant: "default".into(),
+        tenant_weight: 1,
         sent_unix_ms: 1,
     }
 }

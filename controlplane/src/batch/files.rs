@@ -104,6 +104,17 @@ pub async fn list(db: &Db, tenant: &str, limit: u32) -> Result<Vec<FileRecord>, 
     rows.into_iter().map(from_row).collect()
 }
 
+/// Bytes of every file `tenant` stores (its batches' outputs included): what
+/// the tenant's `max_file_bytes` quota counts.
+pub async fn tenant_bytes(db: &Db, tenant: &str) -> Result<u64, BatchError> {
+    const Q: &str =
+        "SELECT CAST(COALESCE(SUM(bytes), 0) AS BIGINT) FROM batch_files WHERE tenant = $1";
+    let (n,): (i64,) = on_db!(db, pool, q => {
+        sqlx::query_as(q).bind(tenant).fetch_one(pool).await?
+    } with Q);
+    Ok(n.max(0) as u64)
+}
+
 /// Removes a record; whether one was there.
 pub async fn delete(db: &Db, id: &str) -> Result<bool, BatchError> {
     const Q: &str = "DELETE FROM batch_files WHERE id = $1";

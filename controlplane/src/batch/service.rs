@@ -210,6 +210,11 @@ impl Batches {
         Ok(self.0.storage.get(&f.object_key).await?)
     }
 
+    /// Bytes of every file `tenant` stores.
+    pub async fn tenant_file_bytes(&self, tenant: &str) -> Result<u64, BatchError> {
+        files::tenant_bytes(&self.0.db, tenant).await
+    }
+
     pub async fn files(&self, tenant: &str, limit: u32) -> Result<Vec<FileRecord>, BatchError> {
         files::list(&self.0.db, tenant, limit).await
     }

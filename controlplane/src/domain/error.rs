@@ -161,6 +161,14 @@ pub enum DomainError {
         status: &'static str,
         action: &'static str,
     },
+    #[error("API key {key_id:?} of tenant {tenant_id:?} is already revoked")]
+    KeyRevoked { tenant_id: String, key_id: String },
+    #[error("the API key is invalid: {0}")]
+    InvalidKey(String),
+    #[error("the tenant quota is invalid: {0}")]
+    InvalidQuota(String),
+    #[error("the tenant is invalid: {0}")]
+    InvalidTenant(String),
 }
 
 impl DomainError {
@@ -184,7 +192,8 @@ impl DomainError {
             | NotDraining { .. }
             | ExecutorLost { .. }
             | ExecutorNotActive { .. }
-            | BatchStatus { .. } => ErrorKind::Conflict,
+            | BatchStatus { .. }
+            | KeyRevoked { .. } => ErrorKind::Conflict,
             InvalidId { .. }
             | InvalidLimits(_)
             | RevisionNotVerified { .. }
@@ -196,7 +205,10 @@ impl DomainError {
             | ReasonRequired { .. }
             | ArtifactUnreadable { .. }
             | HashMismatch { .. }
-            | InvalidEnvelope(_) => ErrorKind::Invalid,
+            | InvalidEnvelope(_)
+            | InvalidKey(_)
+            | InvalidQuota(_)
+            | InvalidTenant(_) => ErrorKind::Invalid,
         }
     }
 

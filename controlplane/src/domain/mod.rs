@@ -1,6 +1,6 @@
 //! The control plane's business rules as event-sourced aggregates: a
-//! deployment (with its rollouts), a revision, a capacity profile, an executor
-//! and a batch job.
+//! deployment (with its rollouts), a revision, a capacity profile, an executor,
+//! a batch job and a tenant (with its API keys and quotas).
 //!
 //! Each aggregate decides in [`Aggregate::handle`], which reads the state and
 //! returns the events a command causes or the [`DomainError`] that refuses it,
@@ -19,6 +19,7 @@ mod executor;
 pub mod repo;
 mod revision;
 mod rollout;
+mod tenant;
 
 pub use batch::{Batch, BatchCommand, BatchPhase};
 pub use capacity::{CapacityProfile, CapacityProfileCommand};
@@ -28,6 +29,7 @@ pub use executor::{Executor, ExecutorCommand, ExecutorStatus};
 pub use repo::{Loaded, RepoError, execute, execute_loaded, load};
 pub use revision::{ArtifactCheck, RegisteredRevision, Revision, RevisionCommand};
 pub use rollout::{FinishedRollout, RolloutOutcome, RolloutState};
+pub use tenant::{MAX_KEYS_PER_TENANT, Tenant, TenantCommand, check_quota};
 
 use stoker_schemas::events::EventPayload;
 use stoker_schemas::ids::IdError;

@@ -9,12 +9,14 @@
 //! live fold did.
 
 mod sql;
+pub mod tenants;
 pub mod views;
 
 use std::sync::Arc;
 
 use tokio::sync::{Mutex, RwLock};
 
+pub use tenants::{KeyView, TenantView};
 pub use views::{
     BatchView, CapacityProfileView, DeploymentView, ExecutorStatus, ExecutorView, FoldError,
     RevisionView, RolloutStatus, RolloutView, Views, kind,

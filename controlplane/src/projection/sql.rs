@@ -154,6 +154,7 @@ pub(super) async fn replace_all(db: &Db, views: &Views) -> Result<u64, Projectio
     );
     all.extend(views.executors.keys().map(|k| (kind::EXECUTOR, k.clone())));
     all.extend(views.batches.keys().map(|k| (kind::BATCH, k.clone())));
+    all.extend(views.tenants.keys().map(|k| (kind::TENANT, k.clone())));
     write(db, views, &all, true).await?;
     Ok(all.len() as u64)
 }

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use stoker_schemas::events::{
     BatchEvent, BatchOutcome, CapacityEnvelope, CapacityProfileEvent, DeploymentEvent,
     DeploymentLimits, EventPayload, ExecutorEvent, GateFigures, RevisionEvent, SloGates,
+    TenantEvent,
 };
 use stoker_schemas::ids::{BatchId, DeploymentId, ExecutorId, FileId, RevisionId, RolloutId};
 
@@ -167,6 +168,7 @@ pub mod kind {
     pub const CAPACITY_PROFILE: &str = "capacity_profile";
     pub const EXECUTOR: &str = "executor";
     pub const BATCH: &str = "batch";
+    pub const TENANT: &str = "tenant";
 }
 
 /// Every read model, keyed for deterministic order.
@@ -183,6 +185,9 @@ pub struct Views {
     pub executors: BTreeMap<String, ExecutorView>,
     #[serde(default)]
     pub batches: BTreeMap<String, BatchView>,
+    /// Keyed by tenant id.
+    #[serde(default)]
+    pub tenants: BTreeMap<String, super::tenants::TenantView>,
 }
 
 /// A document the fold changed: (kind, id).
@@ -236,6 +241,7 @@ impl Views {
             CapacityProfileEvent::STREAM_TYPE => self.fold_capacity(ev, decode(ev)?),
             ExecutorEvent::STREAM_TYPE => self.fold_executor(ev, decode(ev)?),
             BatchEvent::STREAM_TYPE => self.fold_batch(ev, decode(ev)?),
+            TenantEvent::STREAM_TYPE => self.fold_tenant(ev, decode(ev)?),
             _ => Vec::new(),
         };
         self.position = ev.position;
@@ -519,6 +525,7 @@ impl Views {
             kind::CAPACITY_PROFILE => serde_json::to_value(self.capacity_profiles.get(id)?),
             kind::EXECUTOR => serde_json::to_value(self.executors.get(id)?),
             kind::BATCH => serde_json::to_value(self.batches.get(id)?),
+            kind::TENANT => serde_json::to_value(self.tenants.get(id)?),
             _ => return None,
         };
         v.ok()
@@ -550,6 +557,9 @@ impl Views {
             }
             kind::BATCH => {
                 self.batches.insert(id, serde_json::from_value(doc)?);
+            }
+            kind::TENANT => {
+                self.tenants.insert(id, serde_json::from_value(doc)?);
             }
             _ => {}
         }

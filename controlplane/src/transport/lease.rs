@@ -97,6 +97,22 @@ impl Lease {
         Err(LeaseError::NoneFree(count))
     }
 
+    /// How many leases of `kind` are live now: the processes of that role
+    /// (API instances share a tenant's quota between them by this count).
+    pub async fn live_count(db: &Db, kind: LeaseKind) -> Result<u32, LeaseError> {
+        let Db::Postgres(pool) = db else {
+            return Err(LeaseError::NotPostgres);
+        };
+        let sql = format!(
+            "SELECT COUNT(*) FROM transport_leases WHERE kind = $1 AND expires_at >= {NOW_MS}"
+        );
+        let (n,): (i64,) = sqlx::query_as(&sql)
+            .bind(kind.as_str())
+            .fetch_one(pool)
+            .await?;
+        Ok(n.clamp(0, i64::from(u32::MAX)) as u32)
+    }
+
     /// Extends the lease by its TTL; `Lost` when another process holds it now.
     pub async fn renew(&self) -> Result<(), LeaseError> {
         let sql = format!(
