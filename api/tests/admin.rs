@@ -454,3 +454,24 @@ async fn a_directory_revision_is_its_manifest_and_a_changed_file_is_refused() {
     assert_eq!(c.event_count().await, before);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A model that cannot load ends the server with the load's error, never
+/// with success: the HTTP server closing and the loader failing race, and
+/// whichever the server's loop sees first, `wait` reports the failure (an
+/// operator's supervisor restarts on a non-zero exit only).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_that_cannot_load_ends_the_server_with_its_error() {
+    let dir = std::env::temp_dir().join(format!(
+        "stoker-not-a-model-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    for _ in 0..12 {
+        let mut c = config();
+        c.model = dir.clone();
+        let s = roles::start(c).await.unwrap();
+        let err = s.wait().await.expect_err("the server ended with success");
+        assert!(format!("{err:#}").contains("no config.json"), "{err:#}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

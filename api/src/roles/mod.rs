@@ -205,7 +205,15 @@ async fn run(
     let mut load_result: Option<anyhow::Result<()>> = None;
     loop {
         tokio::select! {
-            r = &mut server => return r.context("serving HTTP"),
+            // A failed load closes the server; whichever branch sees the
+            // close first, the process must end with the load's error.
+            r = &mut server => {
+                let r = r.context("serving HTTP");
+                return match load_result {
+                    Some(Err(e)) => Err(e),
+                    _ => r,
+                };
+            }
             r = &mut loader, if load_result.is_none() => {
                 if let Err(e) = &r {
                     tracing::error!(error = %format!("{e:#}"), "model loading failed");
