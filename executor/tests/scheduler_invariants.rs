@@ -36,6 +36,7 @@ fn config() -> SchedulerConfig {
         revision_salt: [42; 32],
         batch_max_step_tokens: 0,
         batch_yields_to_prefill: false,
+        fair_share: true,
         planner: PlannerConfig::TOKENS_ONLY,
     }
 }
@@ -45,6 +46,7 @@ fn spec(id: u64, lane: Lane, tenant: &str, prompt: Vec<u32>, max_new: usize) -> 
         id: SeqId(id),
         lane,
         tenant: TenantId(tenant.to_string()),
+        tenant_weight: 1,
         ordered_prompt_len: prompt.len(),
         compute_whole_prompt: false,
         prompt,

@@ -120,6 +120,7 @@ impl EngineCore {
             revision_salt: salt,
             batch_max_step_tokens: config.batch_max_step_tokens,
             batch_yields_to_prefill: config.batch_yields_to_prefill,
+            fair_share: config.fair_share,
             planner: config.planner,
         })
         .map_err(|e| ModelError::Config(e.to_string()))?;
@@ -291,6 +292,7 @@ impl EngineCore {
             id: seq,
             lane: request.lane(),
             tenant: request.tenant().clone(),
+            tenant_weight: request.tenant_weight(),
             prompt: request.prompt().to_vec(),
             // A scoring request with max_tokens 0 still computes the last
             // prompt row (and samples nothing from it).

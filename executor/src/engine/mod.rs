@@ -57,6 +57,9 @@ pub struct EngineConfig {
     pub attention_order: AttentionOrder,
     /// The step planner's latency targets (`scheduler::step`).
     pub planner: crate::scheduler::PlannerConfig,
+    /// Token-weighted fair share between the tenants of a lane
+    /// (`scheduler::fair`); off: tenants take turns one request at a time.
+    pub fair_share: bool,
 }
 
 impl Default for EngineConfig {
@@ -75,6 +78,7 @@ impl Default for EngineConfig {
             batch_yields_to_prefill: true,
             attention_order: AttentionOrder::Position,
             planner: crate::scheduler::PlannerConfig::default(),
+            fair_share: true,
         }
     }
 }

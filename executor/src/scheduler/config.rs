@@ -4,7 +4,7 @@
 //! `max_num_batched_tokens`, `enable_prefix_caching`) plus TGI-style bounded
 //! waiting queues and stoker's two-lane reserve: a share of blocks and sequence
 //! slots that the batch lane may never take, so interactive traffic always has
-//! headroom. Validation happens once, at construction, and is O(1).
+//! headroom, and the switch for token-weighted fair share between tenants. Validation happens once, at construction, and is O(1).
 
 use crate::ids::Lane;
 
@@ -34,6 +34,12 @@ pub struct SchedulerConfig {
     /// gets no tokens, so the interactive prefill step is as short as if no
     /// batch work existed. Batch sequences keep their blocks meanwhile.
     pub batch_yields_to_prefill: bool,
+    /// Token-weighted fair share between the tenants of a lane
+    /// ([`super::fair`]): admission, the order prefills get the step's
+    /// budget, and preemption victims follow each tenant's tokens divided
+    /// by its weight. Off: tenants take turns one request at a time, and
+    /// prefills and victims go by arrival alone.
+    pub fair_share: bool,
     /// Latency targets the step planner packs each step to.
     pub planner: PlannerConfig,
 }
@@ -210,6 +216,7 @@ mod tests {
             revision_salt: [0; 32],
             batch_max_step_tokens: 0,
             batch_yields_to_prefill: false,
+            fair_share: true,
             planner: PlannerConfig::TOKENS_ONLY,
         }
     }

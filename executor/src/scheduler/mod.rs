@@ -24,6 +24,7 @@
 
 pub mod config;
 pub mod cost;
+pub mod fair;
 pub mod plan;
 pub mod queue;
 pub mod sequence;
@@ -40,6 +41,7 @@ pub use stats::{PerLane, SchedulerStats};
 
 use crate::ids::{BlockId, Lane, SeqId};
 use crate::kv::{BlockManager, KvError, blocks_for};
+use fair::FairShare;
 use queue::TenantQueue;
 use sequence::max_kv_tokens;
 
@@ -97,6 +99,8 @@ pub struct Scheduler {
     cost: CostModel,
     /// The time limits the last planned step used.
     targets: PlanTargets,
+    /// Each lane's per-tenant token counters (only with `fair_share`).
+    fair: PerLane<FairShare>,
 }
 
 /// The time limits in force in the last planned step, per lane's stage:
@@ -145,6 +149,7 @@ impl Scheduler {
             aborted: 0,
             cost: CostModel::default(),
             targets: PlanTargets::default(),
+            fair: PerLane::default(),
         })
     }
 
@@ -186,6 +191,10 @@ impl Scheduler {
         let seq = Sequence::new(spec, self.next_arrival);
         self.next_arrival += 1;
         self.waiting[seq.lane].push_back(&seq.tenant, seq.id);
+        if self.config.fair_share {
+            let credit = self.quantum();
+            self.fair[seq.lane].join(&seq.tenant, credit);
+        }
         self.waiting_tokens += requested;
         self.seqs.insert(seq.id, seq);
         Ok(())
@@ -334,6 +343,9 @@ impl Scheduler {
             .seqs
             .remove(&id)
             .ok_or(SchedulerError::UnknownSeq(id))?;
+        if self.config.fair_share {
+            self.fair[seq.lane].leave(&seq.tenant);
+        }
         match seq.status {
             SeqStatus::Waiting => {
                 let queued = self.waiting[seq.lane].remove(&seq.tenant, id);

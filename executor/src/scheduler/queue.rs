@@ -1,15 +1,23 @@
-//! One lane's waiting queue: round-robin across tenants, FIFO within a tenant.
+//! One lane's waiting queue: FIFO within a tenant, and between tenants either
+//! the tenant with the least normalized service first (fair share, the
+//! default) or round robin one request at a time.
 //!
-//! vLLM admits strictly first-come-first-served; stoker shares a lane fairly
-//! between tenants instead, so one tenant's burst cannot starve another's single
-//! request (the per-tenant deficit idea of fair queueing, with every request
-//! weighing one). The ring holds only tenants with waiting requests. Preempted
-//! sequences go back to the very front (their tenant moves to the head of the
-//! ring), so recomputation resumes before new work is admitted.
+//! vLLM admits strictly first-come-first-served; stoker shares a lane between
+//! tenants instead, so one tenant's burst cannot starve another's request.
+//! With fair share ([`super::fair`]) the scheduler asks for the head of the
+//! tenant whose tokens so far, divided by its weight, are fewest
+//! ([`TenantQueue::peek_by`]): a tenant of long prompts and one of short
+//! prompts get tokens, not requests, in equal measure. Without it
+//! ([`TenantQueue::peek`]) tenants take turns a request each (every request
+//! weighs one). The ring holds only tenants with waiting requests and breaks
+//! ties between equal tenants in turn order. Preempted sequences go back to
+//! the very front of their tenant's queue (and their tenant to the head of
+//! the ring), so recomputation resumes before that tenant's new work.
 //!
-//! Cost: `peek`, `pop` and `push_*` are O(1) amortised; `remove` (cancelling a
-//! waiting request) is linear in that tenant's queue and in the number of
-//! waiting tenants.
+//! Cost: `peek`, `pop` and `push_back` are O(1) amortised; `peek_by`, `take`
+//! and `push_front` are linear in the number of waiting tenants; `remove`
+//! (cancelling a waiting request) is linear in that tenant's queue and in
+//! the number of waiting tenants.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -62,16 +70,38 @@ impl TenantQueue {
         self.per_tenant.get(tenant)?.front().copied()
     }
 
+    /// The head of the tenant with the least `key`, the first in turn order
+    /// among equals.
+    pub fn peek_by(&self, key: impl Fn(&TenantId) -> f64) -> Option<SeqId> {
+        let mut best: Option<(&TenantId, f64)> = None;
+        for tenant in &self.ring {
+            let k = key(tenant);
+            if best.is_none_or(|(_, b)| k < b) {
+                best = Some((tenant, k));
+            }
+        }
+        self.per_tenant.get(best?.0)?.front().copied()
+    }
+
     /// Takes the next request and moves its tenant to the back of the ring.
     pub fn pop(&mut self) -> Option<SeqId> {
-        let tenant = self.ring.pop_front()?;
-        let q = self.per_tenant.get_mut(&tenant)?;
+        let tenant = self.ring.front()?.clone();
+        self.take(&tenant)
+    }
+
+    /// Takes the head of `tenant`'s queue and moves the tenant to the back
+    /// of the ring.
+    pub fn take(&mut self, tenant: &TenantId) -> Option<SeqId> {
+        let q = self.per_tenant.get_mut(tenant)?;
         let seq = q.pop_front()?;
         self.len -= 1;
-        if q.is_empty() {
-            self.per_tenant.remove(&tenant);
-        } else {
-            self.ring.push_back(tenant);
+        let empty = q.is_empty();
+        let pos = self.ring.iter().position(|t| t == tenant);
+        let moved = pos.and_then(|p| self.ring.remove(p));
+        if empty {
+            self.per_tenant.remove(tenant);
+        } else if let Some(t) = moved {
+            self.ring.push_back(t);
         }
         Some(seq)
     }
@@ -131,6 +161,53 @@ mod tests {
         assert_eq!(drain(&mut q), vec![9, 1, 2, 3]);
         q.push_front(&t("c"), SeqId(5));
         assert_eq!(drain(&mut q), vec![5]);
+    }
+
+    /// Pops by least key until empty, charging each popped request's
+    /// `cost` to its tenant's key.
+    fn drain_by(q: &mut TenantQueue, cost: impl Fn(u64) -> f64) -> Vec<u64> {
+        let mut keys: HashMap<TenantId, f64> = HashMap::new();
+        let mut out = Vec::new();
+        while let Some(id) = q.peek_by(|t| keys.get(t).copied().unwrap_or(0.0)) {
+            let tenant = if id.0 < 100 { t("long") } else { t("short") };
+            assert_eq!(q.take(&tenant), Some(id));
+            *keys.entry(tenant).or_default() += cost(id.0);
+            out.push(id.0);
+        }
+        out
+    }
+
+    #[test]
+    fn by_least_key_a_tenant_of_short_requests_goes_as_often_as_it_is_cheap() {
+        let mut q = TenantQueue::default();
+        for i in 0..3 {
+            q.push_back(&t("long"), SeqId(i));
+        }
+        for i in 100..110 {
+            q.push_back(&t("short"), SeqId(i));
+        }
+        // Long requests cost 40 tokens, short ones 10: after each long one
+        // the short tenant catches up with four requests.
+        let order = drain_by(&mut q, |id| if id < 100 { 40.0 } else { 10.0 });
+        assert_eq!(
+            order,
+            vec![0, 100, 101, 102, 103, 1, 104, 105, 106, 107, 2, 108, 109]
+        );
+        assert!(q.is_empty());
+        assert_eq!(q.peek_by(|_| 0.0), None);
+    }
+
+    #[test]
+    fn by_least_key_equal_tenants_take_turns_and_preempted_work_leads_its_tenant() {
+        let mut q = TenantQueue::default();
+        for i in 0..3 {
+            q.push_back(&t("long"), SeqId(i));
+            q.push_back(&t("short"), SeqId(100 + i));
+        }
+        q.push_front(&t("short"), SeqId(150));
+        // Equal costs: turns, the preempted request first in its tenant.
+        let order = drain_by(&mut q, |_| 1.0);
+        assert_eq!(order, vec![150, 0, 100, 1, 101, 2, 102]);
     }
 
     #[test]

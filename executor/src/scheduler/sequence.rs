@@ -17,6 +17,9 @@ pub struct SeqSpec {
     pub id: SeqId,
     pub lane: Lane,
     pub tenant: TenantId,
+    /// The tenant's fair-share weight in its lane (at least 1; 0 counts as
+    /// 1): its tokens count `1 / weight` against its share (`super::fair`).
+    pub tenant_weight: u32,
     pub prompt: Vec<u32>,
     pub max_new_tokens: usize,
     /// Positions before this one are summed in whole-prompt order
@@ -45,6 +48,8 @@ pub struct Sequence {
     pub(super) id: SeqId,
     pub(super) lane: Lane,
     pub(super) tenant: TenantId,
+    /// At least 1.
+    pub(super) tenant_weight: u32,
     pub(super) tokens: Vec<u32>,
     pub(super) prompt_len: usize,
     pub(super) ordered_prompt_len: usize,
@@ -67,6 +72,7 @@ impl Sequence {
             id: spec.id,
             lane: spec.lane,
             tenant: spec.tenant,
+            tenant_weight: spec.tenant_weight.max(1),
             prompt_len: spec.prompt.len(),
             ordered_prompt_len: spec.ordered_prompt_len.min(spec.prompt.len()),
             compute_whole_prompt: spec.compute_whole_prompt,
@@ -91,6 +97,11 @@ impl Sequence {
 
     pub fn tenant(&self) -> &TenantId {
         &self.tenant
+    }
+
+    /// See [`SeqSpec::tenant_weight`].
+    pub fn tenant_weight(&self) -> u32 {
+        self.tenant_weight
     }
 
     /// Prompt followed by every generated token appended so far.

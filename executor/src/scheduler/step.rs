@@ -66,14 +66,15 @@ use crate::kv::blocks_for;
 use crate::kv::hash::extend_chain;
 
 use super::cost::StepFeatures;
+use super::fair::Admit;
 use super::plan::{AbortReason, ScheduledChunk, StepPlan};
 use super::sequence::SeqStatus;
 use super::{PerLane, Scheduler};
 
 /// The plan under construction and the budget it has left.
-struct Step {
-    plan: StepPlan,
-    budget: usize,
+pub(super) struct Step {
+    pub(super) plan: StepPlan,
+    pub(super) budget: usize,
     /// Most predicted milliseconds the step may take for the stage being
     /// planned; `None`: tokens only.
     limit_ms: Option<f64>,
@@ -82,6 +83,9 @@ struct Step {
     /// Whether the first batch prefill of this step may still take the
     /// floor: only in a step with no interactive target.
     batch_floor: bool,
+    /// A running sequence preempted for memory this step (fair share stops
+    /// admitting then; preemptions for an admission do not count).
+    pub(super) pressure: bool,
 }
 
 impl Step {
@@ -92,6 +96,7 @@ impl Step {
             limit_ms: None,
             floor_used: false,
             batch_floor: false,
+            pressure: false,
         }
     }
 }
@@ -115,8 +120,8 @@ fn tighter(a: Option<f64>, b: Option<f64>) -> Option<f64> {
 enum Blocked {
     /// Not enough pool blocks for its first chunk.
     Blocks { needed: usize },
-    /// The batch lane's block share is exhausted.
-    LaneShare,
+    /// The batch lane's block share is exhausted, by `over` blocks.
+    LaneShare { over: usize },
     /// Not one token fits the step's time target.
     Time,
 }
@@ -124,6 +129,12 @@ enum Blocked {
 impl Scheduler {
     /// Plans one step. See the module documentation for the order and rules.
     pub fn schedule(&mut self) -> StepPlan {
+        let fair = self.config.fair_share;
+        if fair {
+            for lane in Lane::ALL {
+                self.fair[lane].clear_pending();
+            }
+        }
         let mut step = Step::new(self.config.max_batched_tokens);
         let mut decoders = PerLane::<Vec<SeqId>>::default();
         let mut prefills = PerLane::<Vec<SeqId>>::default();
@@ -149,11 +160,17 @@ impl Scheduler {
         let held = decoders.batch.len().min(batch_left).min(step.budget);
         step.budget -= held;
         step.limit_ms = interactive_limit;
-        for &id in &prefills.interactive {
-            self.schedule_if_running(id, &mut step);
-        }
-        let admit_batch =
-            step.plan.preempted.is_empty() && self.admit_lane(Lane::Interactive, &mut step);
+        let admit_batch = if fair {
+            let admit = !step.pressure;
+            let open =
+                self.fair_prefills(Lane::Interactive, &prefills.interactive, &mut step, admit);
+            admit && open
+        } else {
+            for &id in &prefills.interactive {
+                self.schedule_if_running(id, &mut step);
+            }
+            step.plan.preempted.is_empty() && self.admit_lane(Lane::Interactive, &mut step)
+        };
         step.budget += held;
 
         // 3. Batch work fills the slack. Batch decode rows answer only to
@@ -170,6 +187,13 @@ impl Scheduler {
         step.limit_ms = tighter(interactive_limit, batch_target);
         step.batch_floor = interactive_limit.is_none();
         self.targets.batch_ms = step.limit_ms;
+        if fair {
+            self.with_budget_cap(batch_left, &mut step, |s, st| {
+                let admit = admit_batch && !st.pressure;
+                s.fair_prefills(Lane::Batch, &prefills.batch, st, admit);
+            });
+            return step.plan;
+        }
         for &id in &prefills.batch {
             batch_left -=
                 self.with_budget_cap(batch_left, &mut step, |s, st| s.schedule_if_running(id, st));
@@ -187,7 +211,7 @@ impl Scheduler {
 
     /// Schedules `id` if it is still running (an earlier chunk of this step
     /// may have preempted it).
-    fn schedule_if_running(&mut self, id: SeqId, step: &mut Step) {
+    pub(super) fn schedule_if_running(&mut self, id: SeqId, step: &mut Step) {
         if self
             .seqs
             .get(&id)
@@ -337,7 +361,9 @@ impl Scheduler {
                 }
                 seq.num_registered = seq.num_registered.max(full);
             }
+            self.charge(c.seq, c.len);
         }
+        self.settle_fair_share();
     }
 
     /// Schedules the next chunk of a running sequence, preempting as needed.
@@ -375,74 +401,103 @@ impl Scheduler {
                 .saturating_sub(seq.block_table.len() + headroom);
             if lane == Lane::Interactive
                 && (shortfall <= self.lane_blocks.batch || len == 0)
-                && let Some(&victim) = self.running.batch.last()
+                && let Some(victim) = self.batch_victim()
             {
+                step.pressure = true;
                 self.preempt(victim, step);
                 continue;
             }
             if len > 0 {
                 return self.grant(id, len, step);
             }
-            match self.newest_newer_in_lane(id) {
+            step.pressure = true;
+            match self.lane_victim(id) {
                 Some(victim) => self.preempt(victim, step),
                 None => return self.preempt(id, step),
             }
         }
     }
 
-    /// The newest running sequence of `id`'s lane that arrived after `id`.
-    fn newest_newer_in_lane(&self, id: SeqId) -> Option<SeqId> {
-        let seq = &self.seqs[&id];
-        let newest = *self.running[seq.lane].last()?;
-        (self.seqs[&newest].arrival > seq.arrival).then_some(newest)
-    }
-
     /// Admits the heads of one lane's queue while budget, slots and blocks
     /// allow. False when admission must stop for every lane this step.
     fn admit_lane(&mut self, lane: Lane, step: &mut Step) -> bool {
         loop {
-            if step.budget == 0 {
-                return false;
+            match self.admit_next(lane, step) {
+                Admit::Admitted => {}
+                Admit::LaneDone => return true,
+                Admit::Stop => return false,
             }
-            let Some(id) = self.waiting[lane].peek() else {
-                break;
+        }
+    }
+
+    /// Admits the head of one lane's queue, preempting for it where the
+    /// rules allow: interactive takes a slot or blocks from batch (the
+    /// tenant furthest over its share first, with fair share), and with fair
+    /// share a head also takes them from its own lane's tenants a quantum
+    /// further over their share ([`super::fair`]).
+    pub(super) fn admit_next(&mut self, lane: Lane, step: &mut Step) -> Admit {
+        loop {
+            if step.budget == 0 {
+                return Admit::Stop;
+            }
+            let Some(id) = self.next_waiting(lane) else {
+                return Admit::LaneDone;
             };
             if step.plan.preempted.contains(&id) {
-                break; // preempted during this very step: not before the next
+                // preempted during this very step: not before the next
+                return Admit::LaneDone;
             }
             let running = self.running.interactive.len() + self.running.batch.len();
             if running >= self.limits.max_num_seqs {
-                if lane == Lane::Interactive
-                    && let Some(&victim) = self.running.batch.last()
-                {
+                let batch = (lane == Lane::Interactive)
+                    .then(|| self.batch_victim())
+                    .flatten();
+                if let Some(victim) = batch.or_else(|| self.admission_victim(lane, id)) {
                     self.preempt(victim, step);
                     continue;
                 }
-                return false;
+                return Admit::Stop;
             }
             if self.running[lane].len() >= self.limits.seqs(lane) {
-                break;
+                if let Some(victim) = self.admission_victim(lane, id) {
+                    self.preempt(victim, step);
+                    continue;
+                }
+                return Admit::LaneDone;
             }
             match self.try_admit(id, step) {
-                Ok(()) => {}
-                Err(Blocked::LaneShare) => break,
-                Err(Blocked::Time) => return false,
-                Err(Blocked::Blocks { needed }) => {
-                    // Interactive work may take blocks from batch, if the
-                    // batch lane could possibly free enough.
-                    let reachable = self.kv.num_available() + self.lane_blocks.batch;
-                    if lane == Lane::Interactive
-                        && needed <= reachable
-                        && let Some(&victim) = self.running.batch.last()
+                Ok(()) => return Admit::Admitted,
+                Err(Blocked::LaneShare { over }) => {
+                    if over <= self.admission_victim_blocks(lane, id)
+                        && let Some(victim) = self.admission_victim(lane, id)
                     {
                         self.preempt(victim, step);
                         continue;
                     }
-                    return false;
+                    return Admit::LaneDone;
+                }
+                Err(Blocked::Time) => return Admit::Stop,
+                Err(Blocked::Blocks { needed }) => {
+                    // Interactive work may take blocks from batch, if the
+                    // batch lane could possibly free enough.
+                    let available = self.kv.num_available();
+                    if lane == Lane::Interactive
+                        && needed <= available + self.lane_blocks.batch
+                        && let Some(victim) = self.batch_victim()
+                    {
+                        self.preempt(victim, step);
+                        continue;
+                    }
+                    if needed <= available + self.admission_victim_blocks(lane, id)
+                        && let Some(victim) = self.admission_victim(lane, id)
+                    {
+                        self.preempt(victim, step);
+                        continue;
+                    }
+                    return Admit::Stop;
                 }
             }
         }
-        true
     }
 
     /// Admits the head of its lane's queue with a first chunk, reusing cached
@@ -472,10 +527,11 @@ impl Scheduler {
             return Err(Blocked::Time);
         }
         let new_blocks = blocks_for(start + want) - cached.len();
-        if lane == Lane::Batch
-            && self.lane_blocks.batch + cached.len() + new_blocks > self.limits.batch_blocks
-        {
-            return Err(Blocked::LaneShare);
+        let batch_after = self.lane_blocks.batch + cached.len() + new_blocks;
+        if lane == Lane::Batch && batch_after > self.limits.batch_blocks {
+            return Err(Blocked::LaneShare {
+                over: batch_after - self.limits.batch_blocks,
+            });
         }
         let revived = cached.iter().filter(|&&b| self.kv.refcount(b) == 0).count();
         if new_blocks > self.kv.num_available() - revived {
@@ -484,8 +540,7 @@ impl Scheduler {
             });
         }
 
-        let popped = self.waiting[lane].pop();
-        debug_assert_eq!(popped, Some(id));
+        self.take_waiting(id);
         let seq = self.seqs.get_mut(&id).expect("queued sequences are known");
         self.waiting_tokens -= seq.waiting_estimate();
         for &b in &cached {
@@ -530,6 +585,7 @@ impl Scheduler {
             len,
             sample: seq.num_computed + len == seq.tokens.len(),
         });
+        self.note_planned(id, len, true);
     }
 
     /// Preempts a running sequence now, outside a step, exactly as memory
@@ -551,6 +607,12 @@ impl Scheduler {
     /// Preempts a running sequence by recompute: it releases its blocks, drops
     /// any chunk planned for it this step, and waits at the front of its lane.
     fn preempt(&mut self, id: SeqId, step: &mut Step) {
+        if !self.seqs.contains_key(&id) {
+            return;
+        }
+        if let Some(len) = drop_chunk(id, step) {
+            self.note_planned(id, len, false);
+        }
         let Some(mut seq) = self.seqs.remove(&id) else {
             return;
         };
@@ -562,25 +624,31 @@ impl Scheduler {
         self.waiting_tokens += seq.waiting_estimate();
         self.preemptions[seq.lane] += 1;
         self.seqs.insert(id, seq);
-        drop_chunk(id, step);
         step.plan.preempted.push(id);
         tracing::debug!(seq = %id, "preempted by recompute");
     }
 
     /// Removes a sequence for good and reports why in the plan.
     fn abort(&mut self, id: SeqId, reason: AbortReason, step: &mut Step) {
+        if !self.seqs.contains_key(&id) {
+            return;
+        }
+        if let Some(len) = drop_chunk(id, step) {
+            self.note_planned(id, len, false);
+        }
         if self.remove(id).is_ok() {
             self.aborted += 1;
-            drop_chunk(id, step);
             step.plan.aborted.push((id, reason));
             tracing::warn!(seq = %id, %reason, "aborted by the scheduler");
         }
     }
 }
 
-/// Removes `id`'s chunk from the plan, if any, and refunds its tokens.
-fn drop_chunk(id: SeqId, step: &mut Step) {
-    if let Some(pos) = step.plan.chunks.iter().position(|c| c.seq == id) {
-        step.budget += step.plan.chunks.remove(pos).len;
-    }
+/// Removes `id`'s chunk from the plan, if any, and refunds its tokens;
+/// returns how many.
+fn drop_chunk(id: SeqId, step: &mut Step) -> Option<usize> {
+    let pos = step.plan.chunks.iter().position(|c| c.seq == id)?;
+    let len = step.plan.chunks.remove(pos).len;
+    step.budget += len;
+    Some(len)
 }

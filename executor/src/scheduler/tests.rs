@@ -2,6 +2,8 @@
 //! the public API cannot reach), tenant fairness at admission and the engine
 //! protocol's typed errors.
 
+use std::collections::HashMap;
+
 use super::step::features_of;
 use super::*;
 use crate::ids::{BLOCK_SIZE, TenantId};
@@ -18,6 +20,7 @@ fn config() -> SchedulerConfig {
         revision_salt: [3; 32],
         batch_max_step_tokens: 0,
         batch_yields_to_prefill: false,
+        fair_share: true,
         planner: PlannerConfig::TOKENS_ONLY,
     }
 }
@@ -27,6 +30,7 @@ fn spec(id: u64, lane: Lane, tenant: &str, prompt_len: usize, max_new: usize) ->
         id: SeqId(id),
         lane,
         tenant: TenantId(tenant.to_string()),
+        tenant_weight: 1,
         prompt: (0..prompt_len as u32)
             .map(|t| t + id as u32 * 1000)
             .collect(),
@@ -408,4 +412,260 @@ fn new_batch_rows_start_while_running_rows_fill_the_batch_target() {
     s.add(spec(21, Lane::Batch, "bulk", 100, 10)).unwrap();
     let plan = s.schedule();
     assert!(plan.chunks.iter().all(|c| c.seq != SeqId(21)), "{plan:?}");
+}
+
+// Token-weighted fair share between tenants (`super::fair`).
+
+fn weighted(id: u64, tenant: &str, weight: u32, prompt_len: usize, max_new: usize) -> SeqSpec {
+    SeqSpec {
+        tenant_weight: weight,
+        ..spec(id, Lane::Interactive, tenant, prompt_len, max_new)
+    }
+}
+
+/// Runs `steps` steps like the engine, finishing every sequence that
+/// generated all its tokens; returns the tokens each tenant got.
+fn run_tally(s: &mut Scheduler, steps: usize) -> HashMap<String, usize> {
+    let mut tally = HashMap::new();
+    for _ in 0..steps {
+        for (tenant, len) in step_and_finish(s).1 {
+            *tally.entry(tenant).or_default() += len;
+        }
+    }
+    tally
+}
+
+/// One step like the engine's, finishing every sequence that generated all
+/// its tokens; returns the plan and each chunk's tenant and length.
+fn step_and_finish(s: &mut Scheduler) -> (StepPlan, Vec<(String, usize)>) {
+    let plan = step(s);
+    let mut tenants = Vec::new();
+    for c in &plan.chunks {
+        let q = s.sequence(c.seq).unwrap();
+        tenants.push((q.tenant().0.clone(), c.len));
+        if c.sample && q.generated().len() == q.max_new_tokens() {
+            s.finish(c.seq).unwrap();
+        }
+    }
+    (plan, tenants)
+}
+
+fn share_config(fair_share: bool) -> SchedulerConfig {
+    SchedulerConfig {
+        num_blocks: 512,
+        max_num_seqs: 16,
+        max_batched_tokens: 64,
+        max_waiting_requests: 512,
+        fair_share,
+        ..config()
+    }
+}
+
+#[test]
+fn tenants_of_long_and_short_prompts_get_token_shares_not_request_shares() {
+    for fair_share in [true, false] {
+        let mut s = Scheduler::new(share_config(fair_share)).unwrap();
+        for id in 0..40 {
+            s.add(spec(id, Lane::Interactive, "long", 200, 1)).unwrap();
+        }
+        for id in 100..400 {
+            s.add(spec(id, Lane::Interactive, "short", 20, 1)).unwrap();
+        }
+        let tally = run_tally(&mut s, 100);
+        let (long, short) = (tally["long"], tally["short"]);
+        assert_eq!(long + short, 100 * 64, "every step is full");
+        let ratio = long as f64 / short as f64;
+        if fair_share {
+            assert!((0.9..1.11).contains(&ratio), "{long} vs {short} tokens");
+        } else {
+            // A request each: ten long tokens for each short one.
+            assert!(ratio > 6.0, "{long} vs {short} tokens");
+        }
+    }
+}
+
+#[test]
+fn weights_three_to_one_give_three_to_one_tokens() {
+    let mut s = Scheduler::new(share_config(true)).unwrap();
+    for id in 0..150 {
+        s.add(weighted(id, "gold", 3, 96, 1)).unwrap();
+    }
+    for id in 200..260 {
+        s.add(weighted(id, "standard", 1, 96, 1)).unwrap();
+    }
+    let tally = run_tally(&mut s, 200);
+    let (gold, standard) = (tally["gold"], tally["standard"]);
+    assert_eq!(gold + standard, 200 * 64);
+    let ratio = gold as f64 / standard as f64;
+    assert!((2.8..3.2).contains(&ratio), "{gold} vs {standard} tokens");
+    // Normalized, they are level within a step's budget.
+    let g = s.tenant_service(Lane::Interactive, &TenantId("gold".into()));
+    let t = s.tenant_service(Lane::Interactive, &TenantId("standard".into()));
+    assert!((g.unwrap() - t.unwrap()).abs() <= 64.0, "{g:?} {t:?}");
+}
+
+#[test]
+fn an_idle_tenant_coming_back_gets_at_most_one_quantum_of_credit() {
+    let mut s = Scheduler::new(share_config(true)).unwrap();
+    s.add(spec(1000, Lane::Interactive, "b", 20, 1)).unwrap();
+    for id in 0..200 {
+        s.add(spec(id, Lane::Interactive, "a", 200, 1)).unwrap();
+    }
+    run_tally(&mut s, 2);
+    assert!(s.sequence(SeqId(1000)).is_none(), "b's request is done");
+    assert_eq!(
+        s.fair_share_accounts(Lane::Interactive),
+        1,
+        "idle b, behind a, is forgotten"
+    );
+    // a alone for 50 steps: 3200 normalized tokens b could claim as credit.
+    run_tally(&mut s, 50);
+    for id in 2000..2100 {
+        s.add(spec(id, Lane::Interactive, "b", 200, 1)).unwrap();
+    }
+    let (mut a, mut b, mut lead) = (0i64, 0i64, 0i64);
+    for _ in 0..40 {
+        let tally = run_tally(&mut s, 1);
+        a += tally.get("a").copied().unwrap_or(0) as i64;
+        b += tally.get("b").copied().unwrap_or(0) as i64;
+        lead = lead.max(b - a);
+    }
+    // One quantum (64) of credit, and at most one step's chunk past it.
+    assert!(lead <= 2 * 64, "b got {lead} tokens ahead of a");
+    // Then they share: b stays its quantum ahead, give or take a step.
+    assert!((b - a - 64).abs() <= 64, "a {a}, b {b}");
+}
+
+#[test]
+fn the_lane_forgets_its_counters_when_it_empties() {
+    let mut s = Scheduler::new(share_config(true)).unwrap();
+    s.add(spec(1, Lane::Interactive, "a", 100, 2)).unwrap();
+    s.add(spec(2, Lane::Interactive, "b", 10, 2)).unwrap();
+    run_tally(&mut s, 4);
+    assert!(s.sequences().next().is_none());
+    assert_eq!(s.fair_share_accounts(Lane::Interactive), 0);
+    assert_eq!(
+        s.tenant_service(Lane::Interactive, &TenantId("a".into())),
+        None
+    );
+}
+
+#[test]
+fn a_light_tenants_new_prompt_gets_the_prefill_budget_before_long_prefills() {
+    for fair_share in [true, false] {
+        let mut s = Scheduler::new(share_config(fair_share)).unwrap();
+        // The light tenant chats: one decoding sequence keeps it active.
+        s.add(spec(1, Lane::Interactive, "light", 8, 1000)).unwrap();
+        step(&mut s);
+        for id in 10..13 {
+            s.add(spec(id, Lane::Interactive, "heavy", 1000, 4))
+                .unwrap();
+        }
+        run_tally(&mut s, 3);
+        s.add(spec(2, Lane::Interactive, "light", 20, 4)).unwrap();
+        let mut steps = 0;
+        while s.sequence(SeqId(2)).unwrap().generated().is_empty() {
+            let (plan, _) = step_and_finish(&mut s);
+            assert!(
+                plan.chunks.iter().any(|c| c.seq == SeqId(1)),
+                "the chat decodes every step"
+            );
+            steps += 1;
+        }
+        if fair_share {
+            assert_eq!(steps, 1, "the whole prompt in the next step");
+        } else {
+            // Behind the running prompt and the heavy one admitted before
+            // it in turn: about 1800 tokens at 63 a step.
+            assert!(steps >= 25, "{steps} steps");
+        }
+    }
+}
+
+#[test]
+fn preemption_takes_the_newest_sequence_of_the_tenant_furthest_over_its_share() {
+    for fair_share in [true, false] {
+        let mut s = Scheduler::new(SchedulerConfig {
+            num_blocks: 6,
+            max_batched_tokens: 128,
+            interactive_reserve_share: 0.0,
+            fair_share,
+            ..config()
+        })
+        .unwrap();
+        // Arrival h1, h2, l1; 2 + 1 + 1 blocks, each needs one more to decode.
+        s.add(spec(1, Lane::Interactive, "heavy", 2 * BLOCK_SIZE, 10))
+            .unwrap();
+        s.add(spec(2, Lane::Interactive, "heavy", BLOCK_SIZE, 10))
+            .unwrap();
+        s.add(spec(3, Lane::Interactive, "light", BLOCK_SIZE, 10))
+            .unwrap();
+        assert_eq!(step(&mut s).chunks.len(), 3);
+        let plan = step(&mut s);
+        let decoded: Vec<u64> = plan.chunks.iter().map(|c| c.seq.0).collect();
+        if fair_share {
+            // The light decoder takes the block of heavy's newest, not
+            // of the older heavy sequence, and is not preempted itself.
+            assert_eq!(plan.preempted, vec![SeqId(2)]);
+            assert_eq!(decoded, vec![1, 3]);
+        } else {
+            // Today's rule: the newest of the lane (the light one) goes.
+            assert_eq!(plan.preempted, vec![SeqId(3)]);
+            assert_eq!(decoded, vec![1, 2]);
+        }
+    }
+}
+
+#[test]
+fn a_waiting_light_request_takes_a_slot_from_a_tenant_far_over_its_share() {
+    for fair_share in [true, false] {
+        let mut s = Scheduler::new(SchedulerConfig {
+            max_num_seqs: 4,
+            max_batched_tokens: 64,
+            num_blocks: 256,
+            fair_share,
+            ..config()
+        })
+        .unwrap();
+        s.add(spec(1, Lane::Interactive, "light", 8, 1000)).unwrap();
+        step(&mut s);
+        for id in 10..13 {
+            s.add(spec(id, Lane::Interactive, "heavy", 100, 1000))
+                .unwrap();
+        }
+        run_tally(&mut s, 8);
+        assert_eq!(s.running(Lane::Interactive).len(), 4);
+        s.add(spec(2, Lane::Interactive, "light", 8, 4)).unwrap();
+        let plan = step(&mut s);
+        if fair_share {
+            assert_eq!(plan.preempted, vec![SeqId(12)]);
+            assert!(plan.chunks.iter().any(|c| c.seq == SeqId(2)));
+        } else {
+            assert!(plan.preempted.is_empty());
+            assert!(plan.chunks.iter().all(|c| c.seq != SeqId(2)));
+        }
+    }
+}
+
+#[test]
+fn with_fair_share_off_tenants_take_turns_a_request_each() {
+    for (fair_share, expected) in [
+        (true, vec![1, 10, 11, 12, 2, 3]),
+        (false, vec![1, 10, 2, 11, 3, 12]),
+    ] {
+        let mut s = Scheduler::new(SchedulerConfig {
+            fair_share,
+            ..config()
+        })
+        .unwrap();
+        for id in 1..=3 {
+            s.add(spec(id, Lane::Interactive, "long", 40, 4)).unwrap();
+        }
+        for id in 10..=12 {
+            s.add(spec(id, Lane::Interactive, "short", 8, 4)).unwrap();
+        }
+        let plan = s.schedule();
+        let admitted: Vec<u64> = plan.chunks.iter().map(|c| c.seq.0).collect();
+        assert_eq!(admitted, expected, "fair_share {fair_share}");
+    }
 }

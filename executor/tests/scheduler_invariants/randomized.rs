@@ -40,6 +40,7 @@ impl Workload {
             revision_salt: [seed as u8; 32],
             batch_max_step_tokens: [0, 8, 32][rng.below(3)],
             batch_yields_to_prefill: seed.is_multiple_of(3),
+            fair_share: seed % 5 != 4,
             planner: if seed.is_multiple_of(2) {
                 PlannerConfig {
                     interactive_itl_ms: [0.0, 4.0][rng.below(2)],
@@ -80,7 +81,8 @@ impl Workload {
     fn add(&mut self, lane: Lane, max_len: usize, max_new: usize) {
         let id = SeqId(self.next_id);
         self.next_id += 1;
-        let tenant = TenantId(format!("tenant-{}", self.rng.below(4)));
+        let t = self.rng.below(4);
+        let tenant = TenantId(format!("tenant-{t}"));
         let prompt = self.random_prompt(max_len);
         let max_new_tokens = self.rng.range(1, max_new);
         let needed = blocks_for(prompt.len() + max_new_tokens - 1);
@@ -88,6 +90,7 @@ impl Workload {
             id,
             lane,
             tenant,
+            tenant_weight: [1, 1, 3, 0][t] as u32,
             ordered_prompt_len: prompt.len(),
             compute_whole_prompt: self.rng.below(8) == 0,
             prompt,
