@@ -1,31 +1,26 @@
-//! API keys: each key maps to a tenant and a set of scopes. Keys are compared
-//! as SHA-256 digests in constant time, against every configured key, so
-//! neither timing nor early exit tells a caller how close a guess was. The
-//! tenant always comes from the key, never from the request body.
+//! API keys: each key maps to a tenant and a set of scopes. Two kinds exist:
+//! keys from the config file (the bootstrap), compared as SHA-256 digests in
+//! constant time against every configured key, so neither timing nor early
+//! exit tells a caller how close a guess was; and keys issued through the
+//! control plane (`stk_{key id}_{secret}`), looked up by their key id and
+//! checked against their salted digest in constant time. The issued keys'
+//! table is rebuilt from the read models on every refresh, which is how a
+//! revocation reaches every API instance. The tenant always comes from the
+//! key, never from the request body.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use stoker_controlplane::tenants::{parse_token, secret_digest};
+use stoker_schemas::ids::KeyId;
 use subtle::ConstantTimeEq;
 
 use crate::error::ApiError;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Scope {
-    Inference,
-    Batch,
-    Admin,
-}
-
-impl Scope {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Scope::Inference => "inference",
-            Scope::Batch => "batch",
-            Scope::Admin => "admin",
-        }
-    }
-}
+/// What a key may do (the control plane's `KeyScope`, one type for both).
+pub use stoker_schemas::events::KeyScope as Scope;
 
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -118,10 +113,22 @@ struct KeyEntry {
     principal: Principal,
 }
 
+/// A key issued through the control plane, as the read models hold it.
+#[derive(Clone, Debug)]
+pub struct IssuedKey {
+    /// Hex, as recorded.
+    pub salt: String,
+    pub digest: [u8; 32],
+    pub principal: Principal,
+}
+
 /// Checks `Authorization: Bearer` keys. With no keys configured (allowed
-/// only on loopback) every caller gets every scope as tenant `default`.
+/// only on loopback) every caller gets every scope as tenant `default`,
+/// except one presenting an issued key, who is that key's tenant (and one
+/// presenting a revoked or unknown issued key, who is refused).
 pub struct Authenticator {
     keys: Vec<KeyEntry>,
+    issued: RwLock<Arc<HashMap<KeyId, IssuedKey>>>,
 }
 
 impl std::fmt::Debug for Authenticator {
@@ -144,6 +151,7 @@ impl Authenticator {
                     },
                 })
                 .collect(),
+            issued: RwLock::default(),
         }
     }
 
@@ -151,8 +159,43 @@ impl Authenticator {
         self.keys.is_empty()
     }
 
+    /// Replaces the issued keys' table (the active keys of the read models).
+    pub fn set_issued(&self, keys: HashMap<KeyId, IssuedKey>) {
+        *self.issued.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(keys);
+    }
+
+    /// How many issued keys are active here.
+    pub fn issued_count(&self) -> usize {
+        self.issued.read().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// The issued key `token` names, when its secret matches.
+    fn check_issued(&self, token: &[u8]) -> Option<Option<Principal>> {
+        let (key_id, secret) = parse_token(token)?;
+        let table = self
+            .issued
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let Some(k) = table.get(&key_id) else {
+            return Some(None);
+        };
+        let digest = secret_digest(&k.salt, secret);
+        Some(bool::from(k.digest.ct_eq(&digest)).then(|| k.principal.clone()))
+    }
+
     /// `authorization` is the raw header value, if any.
     pub fn authenticate(&self, authorization: Option<&[u8]>) -> Result<Principal, ApiError> {
+        let token = authorization.and_then(|raw| {
+            raw.strip_prefix(b"Bearer ")
+                .or_else(|| raw.strip_prefix(b"bearer "))
+        });
+        // An issued key (`stk_…`): one lookup and one digest.
+        if let Some(found) = token.and_then(|t| self.check_issued(t)) {
+            return found.ok_or(ApiError::InvalidApiKey(
+                "invalid API key (unknown or revoked)",
+            ));
+        }
         if self.keys.is_empty() {
             return Ok(Principal {
                 name: "anonymous".into(),
@@ -234,6 +277,50 @@ mod tests {
         }
         let huge = [b"Bearer ".to_vec(), vec![b'k'; 100_000]].concat();
         assert!(a.authenticate(Some(&huge)).is_err());
+    }
+
+    #[test]
+    fn issued_keys_are_checked_by_id_and_salted_digest() {
+        let a = auth();
+        let salt = "00112233445566778899aabbccddeeff";
+        let mut table = HashMap::new();
+        table.insert(
+            "k0123456789abcdef".parse().unwrap(),
+            IssuedKey {
+                salt: salt.into(),
+                digest: secret_digest(salt, b"s3cr3t"),
+                principal: Principal {
+                    name: "acme-prod".into(),
+                    tenant: "acme".into(),
+                    scopes: vec![Scope::Batch],
+                },
+            },
+        );
+        a.set_issued(table);
+        let p = a
+            .authenticate(Some(b"Bearer stk_k0123456789abcdef_s3cr3t"))
+            .unwrap();
+        assert_eq!((p.tenant.as_str(), p.name.as_str()), ("acme", "acme-prod"));
+        for bad in [
+            &b"Bearer stk_k0123456789abcdef_s3cr3T"[..],
+            b"Bearer stk_k0123456789abcde0_s3cr3t",
+            b"Bearer stk_k0123456789abcdef_",
+        ] {
+            let e = a.authenticate(Some(bad)).unwrap_err();
+            assert_eq!(e.code(), ErrorCode::InvalidApiKey);
+        }
+        // Revoked: gone from the table, refused even in open mode.
+        a.set_issued(HashMap::new());
+        assert!(
+            a.authenticate(Some(b"Bearer stk_k0123456789abcdef_s3cr3t"))
+                .is_err()
+        );
+        let open = Authenticator::new(&[]);
+        assert!(
+            open.authenticate(Some(b"Bearer stk_k0123456789abcdef_s3cr3t"))
+                .is_err()
+        );
+        assert!(open.authenticate(None).is_ok());
     }
 
     #[test]

@@ -89,6 +89,13 @@ pub enum ApiError {
         message: String,
         retry_after: RetryAfter,
     },
+    /// The tenant is over one of its quotas; `Retry-After` is when its own
+    /// budget refills.
+    #[error("{message}")]
+    TenantQuotaExceeded {
+        message: String,
+        retry_after: RetryAfter,
+    },
     /// The executor running the request stopped reporting (distributed
     /// mode). Retryable when no token had been delivered yet.
     #[error("{message}")]
@@ -141,7 +148,7 @@ impl ApiError {
             | DeadlineInfeasible { .. }
             | NotReady { .. }
             | ExecutorLost { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            BatchBacklogFull { .. } => StatusCode::TOO_MANY_REQUESTS,
+            BatchBacklogFull { .. } | TenantQuotaExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
             StorageFull { .. } => StatusCode::INSUFFICIENT_STORAGE,
             Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -167,6 +174,7 @@ impl ApiError {
             DeadlineInfeasible { .. } => ErrorCode::DeadlineInfeasible,
             NotReady { .. } => ErrorCode::NotReady,
             BatchBacklogFull { .. } => ErrorCode::BatchBacklogFull,
+            TenantQuotaExceeded { .. } => ErrorCode::TenantQuotaExceeded,
             ExecutorLost { .. } => ErrorCode::ExecutorLost,
             StorageFull { .. } => ErrorCode::StorageFull,
             Internal(_) => ErrorCode::InternalError,
@@ -203,6 +211,7 @@ impl ApiError {
             | ApiError::DeadlineInfeasible { retry_after, .. }
             | ApiError::NotReady { retry_after, .. }
             | ApiError::BatchBacklogFull { retry_after, .. }
+            | ApiError::TenantQuotaExceeded { retry_after, .. }
             | ApiError::StorageFull { retry_after, .. } => Some(*retry_after),
             ApiError::ExecutorLost { retry_after, .. } => *retry_after,
             _ => None,

@@ -9,7 +9,8 @@
 //!   mapping), `auth`, `admission/` (with the capacity envelope), `metrics`,
 //!   `kafka` (the distributed mode's transport glue), `backend/` (what
 //!   generations run on: the in-process engine or the executors over Kafka),
-//!   `control/` (the embedded control plane: store, request log, batches);
+//!   `control/` (the embedded control plane: store, request log, batches),
+//!   `tenancy/` (tenants' quotas and live usage);
 //! - `state`: what every request shares;
 //! - `edge/`: the request path without HTTP framing;
 //! - `http/`: the router, handlers, extractors, SSE, OpenAPI;
@@ -34,6 +35,7 @@ pub mod metrics;
 pub mod roles;
 pub mod state;
 pub mod telemetry;
+pub mod tenancy;
 
 pub use config::Config;
 pub use error::ApiError;

@@ -77,6 +77,8 @@ pub struct Inner {
     pub role: Role,
     pub auth: Authenticator,
     pub admission: Arc<Admission>,
+    /// Tenants' quotas, live usage and fair-share weights.
+    pub tenancy: Arc<crate::tenancy::Tenancy>,
     pub model_id: String,
     phase: AtomicU8,
     served: OnceLock<Arc<Served>>,
@@ -128,6 +130,7 @@ impl AppState {
             config,
             auth,
             admission,
+            tenancy: crate::tenancy::Tenancy::new(),
             phase: AtomicU8::new(Phase::Loading as u8),
             served: OnceLock::new(),
             models: RwLock::new(HashMap::new()),

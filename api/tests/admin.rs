@@ -11,6 +11,9 @@ use stoker_api::Config;
 use stoker_api::auth::{ApiKeyConfig, Scope};
 use stoker_api::roles::{self, Server};
 
+#[path = "admin/tenants.rs"]
+mod tenants;
+
 const ADMIN: &str = "sk-admin-ops-0001";
 const INFER: &str = "sk-infer-app-0001";
 const MODEL_ID: &str = "SmolLM2-135M-Instruct.Q4_1";

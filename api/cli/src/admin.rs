@@ -47,6 +47,12 @@ pub enum AdminCommand {
     Admission,
     /// Rebuild every read model from the events.
     RebuildProjections,
+    /// Tenants: list, show, create, set the quota.
+    #[command(subcommand)]
+    Tenants(crate::tenants::TenantCmd),
+    /// API keys: list, issue, revoke.
+    #[command(subcommand)]
+    Keys(crate::tenants::KeyCmd),
 }
 
 #[derive(Subcommand, Debug)]
@@ -375,6 +381,7 @@ fn plan(cmd: AdminCommand) -> Result<(Call, Shape), String> {
             Call::Post("/admin/v1/projections/rebuild".into(), json!({})),
             Shape::One(REBUILD_COLS),
         ),
+        A::Tenants(_) | A::Keys(_) => return Err("run by tenants.rs".into()),
     })
 }
 
@@ -451,7 +458,7 @@ const EXECUTOR_COLS: Cols = &[
     ("REASON", "/reason"),
     ("UPDATED", "/updated_at"),
 ];
-const EVENT_COLS: Cols = &[
+pub(crate) const EVENT_COLS: Cols = &[
     ("POSITION", "/position"),
     ("TIME", "/recorded_at"),
     ("STREAM", "/stream_id"),
@@ -501,7 +508,12 @@ fn render(v: &Value, shape: &Shape) -> String {
 /// Runs one admin command; prints the result or the server's error.
 pub async fn run(args: AdminArgs) -> ExitCode {
     let json_out = args.server.json;
-    let (call, shape) = match plan(args.command) {
+    let command = match args.command {
+        AdminCommand::Tenants(c) => return crate::tenants::run_tenants(args.server, c).await,
+        AdminCommand::Keys(c) => return crate::tenants::run_keys(args.server, c).await,
+        c => c,
+    };
+    let (call, shape) = match plan(command) {
         Ok(p) => p,
         Err(e) => return report("admin", &CliError::Input(e), json_out),
     };

@@ -22,6 +22,7 @@ use crate::edge::tools::ToolMode;
 use crate::edge::validate::{Echo, Prepared};
 use crate::error::ApiError;
 use crate::state::AppState;
+use crate::tenancy::Permit;
 
 /// An admitted request that the engine has scheduled: one generation per
 /// choice (`n`).
@@ -32,6 +33,10 @@ pub struct Running {
     /// The edge's admission share; batch rows bypass edge admission (the
     /// engine's batch lane bounds them) and hold none.
     ticket: Option<Ticket>,
+    /// The request's place in its tenant's quotas, when the tenant has one.
+    quota: Option<Permit>,
+    /// Prompt tokens, charged to the quota with the output when it ends.
+    prompt_tokens: usize,
     /// Output tokens of the choices that finished.
     generated: usize,
     hard_stop: watch::Receiver<bool>,
@@ -91,9 +96,17 @@ pub async fn start(
     if let Some(why) = state.admission.out_of_envelope(&demand) {
         served.metrics.record_out_of_envelope(why.as_str());
     }
+    // The tenant's quotas first: a tenant over its own budget is refused
+    // whatever the server's load.
+    let tenant = prepared.request.tenant().0.clone();
+    let quota = state
+        .tenancy
+        .admit(&tenant, (demand.prompt_tokens + demand.max_tokens) as u64)?;
     let stats = served.backend.stats();
     let ticket = state.admission.admit(demand, &stats)?;
-    submit(state, served, prepared, Some(ticket)).await
+    let mut running = submit(state, served, prepared, Some(ticket)).await?;
+    running.quota = quota;
+    Ok(running)
 }
 
 /// Submits a batch-lane row straight to the engine: edge admission is for
@@ -110,10 +123,14 @@ pub async fn start_batch(
 async fn submit(
     state: &AppState,
     served: &Served,
-    prepared: Prepared,
+    mut prepared: Prepared,
     mut ticket: Option<Ticket>,
 ) -> Result<Running, ApiError> {
+    // The engine shares each lane between tenants by these weights.
+    let weight = state.tenancy.weight(&prepared.request.tenant().0);
+    prepared.request = prepared.request.with_tenant_weight(weight);
     let lane = prepared.request.lane();
+    let prompt_tokens = prepared.prompt_tokens();
     let tools = prepared.tools.clone();
     let echo = prepared.echo.clone();
     let logprobs = prepared
@@ -159,6 +176,8 @@ async fn submit(
         ended: vec![false; handles.len()],
         handles,
         ticket,
+        quota: None,
+        prompt_tokens,
         generated: 0,
         hard_stop,
         queue,
@@ -275,10 +294,16 @@ impl Running {
                 Step::Done { usage, .. } => {
                     self.ended[index] = true;
                     self.generated += usage.completion_tokens;
-                    if let Some(t) = self.ticket.as_mut()
-                        && self.ended.iter().all(|e| *e)
-                    {
-                        t.finished(self.generated);
+                    if self.ended.iter().all(|e| *e) {
+                        if let Some(t) = self.ticket.as_mut() {
+                            t.finished(self.generated);
+                        }
+                        // What was not generated goes back to the tenant's
+                        // minute; a request that never ends keeps its whole
+                        // reservation charged.
+                        if let Some(q) = self.quota.as_mut() {
+                            q.settle((self.prompt_tokens + self.generated) as u64);
+                        }
                     }
                 }
                 // One failed choice fails the request; dropping the rest

@@ -297,7 +297,8 @@ impl JobServer {
             TenantId(job.tenant.clone()),
             &served.limits,
         )
-        .map_err(ApiError::from)?;
+        .map_err(ApiError::from)?
+        .with_tenant_weight(job.tenant_weight);
         let demand = Demand {
             prompt_tokens: job.prompt.len(),
             max_tokens: job.sampling.max_tokens as usize,

@@ -66,6 +66,9 @@ pub async fn start_mode(config: Config, role: Role) -> anyhow::Result<Server> {
     control::spawn_background(&control, &config);
     let state = AppState::new(config, role);
     state.set_control(control);
+    // Issued keys and quotas are in force before the first request.
+    crate::edge::tenant_sync::now(&state).await;
+    crate::edge::tenant_sync::spawn(&state);
     let (drain, drain_rx) = watch::channel(false);
     let drain = Arc::new(drain);
     {

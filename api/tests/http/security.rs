@@ -88,6 +88,13 @@ const ROUTES: &[(&str, &str, Option<Scope>)] = &[
     ("GET", "/admin/v1/audit", Some(Scope::Admin)),
     ("GET", "/admin/v1/requests/{id}", Some(Scope::Admin)),
     ("POST", "/admin/v1/projections/rebuild", Some(Scope::Admin)),
+    ("GET", "/admin/v1/tenants", Some(Scope::Admin)),
+    ("POST", "/admin/v1/tenants", Some(Scope::Admin)),
+    ("GET", "/admin/v1/tenants/{id}", Some(Scope::Admin)),
+    ("PUT", "/admin/v1/tenants/{id}/quota", Some(Scope::Admin)),
+    ("GET", "/admin/v1/keys", Some(Scope::Admin)),
+    ("POST", "/admin/v1/keys", Some(Scope::Admin)),
+    ("POST", "/admin/v1/keys/{id}/revoke", Some(Scope::Admin)),
 ];
 
 /// Whether the OpenAPI document lists `status` for the route (routes it

@@ -369,6 +369,20 @@ impl Cluster {
         Server::start(id, self.serving.apply(o)).await
     }
 
+    /// Starts one more API instance in this cluster (same broker, database,
+    /// objects and config as [`Cluster::api`]).
+    pub async fn start_api(&self, id: &str) -> Server {
+        let o = opts(
+            &self.broker.addr(),
+            &self.db.url,
+            self.objects.path(),
+            "api",
+            id,
+        )
+        .config(&self.config);
+        Server::start(id, self.serving.apply(o)).await
+    }
+
     /// `GET /admin/v1/executors` on the API.
     pub async fn executors_view(&self) -> Vec<Value> {
         let mut req = http().get(self.api.url("/admin/v1/executors"));

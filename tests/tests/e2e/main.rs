@@ -22,3 +22,4 @@ mod logs;
 mod object_storage;
 mod sdk;
 mod tcp_proxy;
+mod tenants;

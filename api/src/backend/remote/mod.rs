@@ -448,6 +448,7 @@ impl Backend for RemoteBackend {
             sampling: wire::sampling_to_wire(request.params()),
             lane: wire::lane_to_wire(request.lane()).into(),
             tenant: request.tenant().0.clone(),
+            tenant_weight: request.tenant_weight(),
             sent_unix_ms: unix_ms(),
         };
         inner

@@ -106,7 +106,7 @@ fn check_metadata(m: &BTreeMap<String, String>) -> Result<(), ApiError> {
         (status = 200, description = "The batch, already in_progress", body = Batch),
         (status = 400, description = "Bad endpoint, window or metadata; lines whose url differs (named); a batch larger than the whole backlog", body = stoker_schemas::error::ErrorBody),
         (status = 404, description = "Unknown input file (`file_not_found`)", body = stoker_schemas::error::ErrorBody),
-        (status = 429, description = "The backlog of open batches is full (`batch_backlog_full`); see Retry-After", body = stoker_schemas::error::ErrorBody),
+        (status = 429, description = "The backlog of open batches is full (`batch_backlog_full`), or the tenant's batch backlog quota is (`tenant_quota_exceeded`); see Retry-After", body = stoker_schemas::error::ErrorBody),
     )
 )]
 pub async fn create(
@@ -122,9 +122,19 @@ pub async fn create(
         completion_window: body.completion_window,
         metadata,
     };
-    let l = batches(&state)?
-        .create(&principal.tenant, &principal.name, req)
-        .await?;
+    let b = batches(&state)?;
+    // The tenant's backlog quota, from its open batches and this file's
+    // summary (rows and estimated tokens as validated at upload).
+    if let Ok(id) = stoker_controlplane::batch::file_id(&req.input_file_id)
+        && let Ok(f) = b.file(&principal.tenant, &id).await
+        && let Some(c) = state.control()
+    {
+        let views = c.cp.projector().views().await;
+        state
+            .tenancy
+            .check_batch(&principal.tenant, &views, f.lines, f.estimated_tokens)?;
+    }
+    let l = b.create(&principal.tenant, &principal.name, req).await?;
     Ok(axum::Json(batch_object(&l)).into_response())
 }
 

@@ -119,6 +119,12 @@ pub async fn upload(
         message: "missing required field `file`".into(),
         param: "file".into(),
     })?;
+    if state.tenancy.has_file_quota(&principal.tenant) {
+        let stored = b.tenant_file_bytes(&principal.tenant).await?;
+        state
+            .tenancy
+            .check_file(&principal.tenant, stored, bytes.len() as u64)?;
+    }
     let f = b.upload(&principal.tenant, &name, &purpose, bytes).await?;
     Ok(axum::Json(file_object(&f)).into_response())
 }

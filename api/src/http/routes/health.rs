@@ -48,6 +48,11 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
         }
         None => String::from("# EOF\n"),
     };
+    // The tenants' families go before the exposition's end marker.
+    let body = match body.strip_suffix("# EOF\n") {
+        Some(head) => format!("{head}{}# EOF\n", state.tenancy.render_metrics()),
+        None => body,
+    };
     let mut resp = body.into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -6,6 +6,7 @@
 mod deployments;
 mod ops;
 mod rollouts;
+mod tenants;
 
 use std::str::FromStr;
 
@@ -69,6 +70,17 @@ pub fn router() -> Router<AppState> {
         .route("/admin/v1/executors/{id}/drain", post(ops::drain))
         .route("/admin/v1/audit", get(ops::audit))
         .route("/admin/v1/requests/{id}", get(ops::request))
+        .route(
+            "/admin/v1/tenants",
+            get(tenants::list).post(tenants::create),
+        )
+        .route("/admin/v1/tenants/{id}", get(tenants::get_one))
+        .route("/admin/v1/tenants/{id}/quota", put(tenants::set_quota))
+        .route(
+            "/admin/v1/keys",
+            get(tenants::list_keys).post(tenants::issue),
+        )
+        .route("/admin/v1/keys/{id}/revoke", post(tenants::revoke))
         .route(
             "/admin/v1/projections/rebuild",
             post(ops::rebuild_projections),
