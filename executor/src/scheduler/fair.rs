@@ -357,11 +357,13 @@ impl Scheduler {
 
     /// Fair share's prefill stage of `lane`: running prefills (`prefills`,
     /// oldest first) and admissions, the tenant with the least normalized
-    /// service first each time (a running prefill before an admission of
-    /// the same key), so the step's budget goes to light tenants first.
-    /// Admissions stop at the first refusal and in a step where running work
-    /// preempted for memory. Returns false when admission must stop for
-    /// every lane, as [`admit_lane`](Self::admit_lane) does.
+    /// service first each time (within a tenant, its running prefills, oldest
+    /// first, before its admissions), so the step's budget goes to light
+    /// tenants first; once one tenant's prefill is in, tenants more than a
+    /// quantum above it wait for the next step. Admissions stop at the first
+    /// refusal and in a step where running work preempted for memory.
+    /// Returns false when admission must stop for every lane, as
+    /// [`admit_lane`](Self::admit_lane) does.
     pub(super) fn fair_prefills(
         &mut self,
         lane: Lane,
@@ -403,9 +405,9 @@ impl Scheduler {
                 return open && head.is_none();
             }
             let chunks = step.plan.chunks.len();
-            // On a tie between tenants the waiting request goes first: a
-            // tenant that just became active starts level with the least
-            // served one, and should not wait a step for it.
+            // On a tie between two tenants the waiting request goes first,
+            // so a newcomer level with a tenant whose prompt is under way
+            // does not wait a step; within a tenant, running work first.
             let head_first = |i: usize, key: f64, h: f64| {
                 h < key
                     || (h == key && head_id.is_some_and(|w| self.seqs[&w].tenant != groups[i].0))

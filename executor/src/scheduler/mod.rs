@@ -7,11 +7,15 @@
 //! targets, predicted by an online step-cost model ([`cost`]): interactive
 //! decoders first (one token each), then interactive prefills and admissions
 //! in chunks sized to the target (chunked prefill, so a long prompt never
-//! stalls decoding), then batch rows and prefills in the slack, admissions
-//! round-robin across tenants. Under memory pressure it preempts by recompute. The design is vLLM's v1 scheduler (unified
-//! `num_computed_tokens` accounting, chunked prefill, recompute preemption)
-//! with TGI's bounded queue and a reserve share that the batch lane may never
-//! take; see [`step`] for the step itself.
+//! stalls decoding), then batch rows and prefills in the slack. Within a
+//! lane, tenants share by tokens, weighted ([`fair`]): admissions, the
+//! prefill budget and preemption victims follow each tenant's tokens so far
+//! divided by its weight (with `fair_share` off, tenants take turns a request
+//! at a time). Under memory pressure it preempts by recompute. The design is
+//! vLLM's v1 scheduler (unified `num_computed_tokens` accounting, chunked
+//! prefill, recompute preemption) with TGI's bounded queue, a reserve share
+//! that the batch lane may never take, and VTC-style fair share between
+//! tenants; see [`step`] for the step itself.
 //!
 //! The engine's per-step protocol is: [`Scheduler::schedule`], run the forward
 //! pass over the plan's chunks, [`Scheduler::complete_step`] (this is where

@@ -10,17 +10,25 @@
 //!    validated to cover `max_num_seqs` decoders. Their predicted cost sets
 //!    the interactive target in force: `interactive_itl_ms`, or
 //!    `interactive_itl_factor` times that cost;
-//! 2. running interactive prefills, then interactive admissions, chunked to
-//!    fit the target. The first interactive prefill of a step gets at least
-//!    `min_prefill_chunk` tokens, so a new prompt starts within one step of
-//!    arriving when KV allows. Tokens for the running batch decoders are held
-//!    back from this stage, so a long prompt never takes a decode token;
+//! 2. running interactive prefills and interactive admissions, chunked to
+//!    fit the target: with fair share (the default, [`super::fair`]) the
+//!    tenant with the least normalized service (tokens divided by weight)
+//!    goes first each time, running prefill or admission, and once a
+//!    tenant's prefill is in the step, tenants more than a quantum further
+//!    over their share wait for the next step; without it, running prefills
+//!    oldest first, then admissions. The first interactive prefill of a step
+//!    gets at least `min_prefill_chunk` tokens, so a new prompt starts within
+//!    one step of arriving when KV allows. Tokens for the running batch
+//!    decoders are held back from this stage, so a long prompt never takes a
+//!    decode token;
 //! 3. batch decoders as far as the step fits the interactive target, then
 //!    batch prefills and admissions as far as it fits the tighter of that
 //!    target and `batch_step_ms`, all at most `batch_max_step_tokens`: batch
 //!    work fills exactly the slack, and a batch-only step is long only by as
-//!    much prefill as `batch_step_ms` allows. With `batch_yields_to_prefill`,
-//!    batch gets nothing while interactive work waits or prefills.
+//!    much prefill as `batch_step_ms` allows. Batch prefills and admissions
+//!    follow the same fair order as interactive ones. With
+//!    `batch_yields_to_prefill`, batch gets nothing while interactive work
+//!    waits or prefills.
 //!
 //! A step without interactive decoders has no interactive target, so a lone
 //! prompt prefills as fast as it would without the planner; in such a step
@@ -30,9 +38,13 @@
 //! out empty while work can run: if nothing fits the targets, the oldest
 //! candidate still gets one token. Admissions skip prefix-cached full
 //! blocks, always compute at least the last token so its logits exist, go
-//! interactive before batch, round-robin across tenants (a sequence that
-//! scores its prompt takes no cached blocks), and are skipped in a
-//! step that already preempted (memory is tight), as vLLM does. Packing never
+//! interactive before batch, the least-served tenant first with fair share
+//! and round-robin a request at a time without ([`super::queue`]; a sequence
+//! that scores its prompt takes no cached blocks), and are skipped in a step
+//! where running work already preempted (memory is tight), as vLLM does.
+//! With fair share, a waiting request may itself preempt, for a slot or for
+//! blocks, the newest running sequence of its own lane whose tenant is at
+//! least a quantum further over its share. Packing never
 //! changes a row's arithmetic (the forward pass is batch-invariant), only
 //! which step computes it.
 //!
@@ -48,11 +60,16 @@
 //! and returns to the front of its lane's queue with its tokens kept and
 //! `num_computed == 0`; on readmission the prefix cache usually returns most of
 //! its blocks. A running sequence that cannot get blocks for its chunk, if it
-//! is interactive, first preempts batch sequences (newest first) as long as
-//! batch holds enough to cover the shortfall or nothing fits otherwise; then it
-//! runs a shorter chunk if any token fits; then it preempts newer sequences of
-//! its own lane (newest first); and finally it preempts itself. It never preempts an older sequence of
-//! its own lane, so the oldest sequence of each lane always progresses, and
+//! is interactive, first preempts batch sequences (newest first; with fair
+//! share, the newest of the batch tenant furthest over its share) as long as
+//! batch holds enough to cover the shortfall or nothing fits otherwise; then
+//! it runs a shorter chunk if any token fits; then it preempts in its own
+//! lane; and finally it preempts itself. In its own lane it preempts newer
+//! sequences, newest first, and never an older one; with fair share it first
+//! takes the newest sequences of tenants with more normalized service than
+//! its own (the heaviest first), and among tenants level with its own the
+//! same newer-only rule holds. Either way the sequence least in line (oldest,
+//! or of the least-served tenant and oldest within it) always progresses, and
 //! batch never preempts interactive. A sequence whose tokens need more blocks
 //! than its lane may ever hold is aborted rather than preempted forever.
 //!

@@ -1,5 +1,6 @@
 //! Unit tests of the scheduler that need its internals: the abort path (which
-//! the public API cannot reach), tenant fairness at admission and the engine
+//! the public API cannot reach), token-weighted fair share between tenants
+//! (admission, prefill order, preemption victims, credit) and the engine
 //! protocol's typed errors.
 
 use std::collections::HashMap;
@@ -667,5 +668,51 @@ fn with_fair_share_off_tenants_take_turns_a_request_each() {
         let plan = s.schedule();
         let admitted: Vec<u64> = plan.chunks.iter().map(|c| c.seq.0).collect();
         assert_eq!(admitted, expected, "fair_share {fair_share}");
+    }
+}
+
+#[test]
+fn a_tenant_flooding_the_batch_lane_cannot_starve_another_tenants_batch() {
+    for fair_share in [true, false] {
+        let mut s = Scheduler::new(share_config(fair_share)).unwrap();
+        // A night's scoring job: 300 rows of 200-token prompts, already
+        // running and queued when the other tenant's batch arrives.
+        for id in 0..300 {
+            s.add(spec(id, Lane::Batch, "flood", 200, 8)).unwrap();
+        }
+        run_tally(&mut s, 30);
+        let small: Vec<u64> = (1000..1030).collect();
+        for &id in &small {
+            s.add(spec(id, Lane::Batch, "small", 40, 4)).unwrap();
+        }
+        let (mut got_small, mut got_flood, mut steps) = (0usize, 0usize, 0usize);
+        while small.iter().any(|&id| s.sequence(SeqId(id)).is_some()) {
+            let tally = run_tally(&mut s, 1);
+            got_small += tally.get("small").copied().unwrap_or(0);
+            got_flood += tally.get("flood").copied().unwrap_or(0);
+            steps += 1;
+            assert!(steps < 2_000, "small's batch never finished");
+        }
+        // Small's batch is 30 x (40 + 3) = 1290 tokens (the last of a row's
+        // 4 tokens is sampled, never computed); the lane computes 64 a step.
+        assert_eq!(got_small, 30 * 43);
+        eprintln!("fair share {fair_share}: {steps} steps, {got_small} small, {got_flood} flood");
+        if fair_share {
+            // Half the lane each while both have work: about 1290 / 32 = 40
+            // steps, plus the last rows' decode steps.
+            assert!(
+                steps <= 55,
+                "{steps} steps ({got_small} small, {got_flood} flood)"
+            );
+            // And the flood keeps the rest of the lane.
+            assert!(
+                got_flood * 10 >= got_small * 8,
+                "{got_flood} flood tokens against {got_small}"
+            );
+        } else {
+            // A request at a time, behind 16 running 200-token rows: the
+            // flood gets several times small's tokens meanwhile.
+            assert!(steps > 55, "{steps} steps without fair share");
+        }
     }
 }
