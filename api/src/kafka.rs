@@ -17,6 +17,7 @@ pub fn kafka_settings(config: &Config) -> KafkaSettings {
     let mut s = KafkaSettings::new(k.brokers.clone());
     s.topics.executor_slots = k.executor_slots;
     s.topics.api_slots = k.api_slots;
+    s.topics.layout = k.layout;
     s.produce_timeout = Duration::from_millis(k.produce_timeout_ms.max(1));
     s.fetch_wait_ms = k.fetch_wait_ms;
     s.client_properties = k

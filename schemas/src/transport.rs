@@ -98,7 +98,9 @@ pub struct JobMessage {
     /// The artifact the API validated against.
     pub model_sha256: String,
     /// Where the replies go: the `stoker.replies` partition of this
-    /// (API instance, executor) pair, which only this executor writes.
+    /// (API instance, executor) pair, which only this executor writes
+    /// (pairwise layout), or the API instance's one reply partition, which
+    /// every executor writes (shared layout).
     pub reply_partition: i32,
     pub prompt: Vec<u32>,
     pub sampling: WireSampling,

@@ -99,6 +99,7 @@ async fn measure(args: &BrokerArgs) -> anyhow::Result<BrokerReport> {
         capacity: format!("{base}.capacity"),
         executor_slots: 1,
         api_slots: 1,
+        ..Topics::default()
     };
     let mut settings = KafkaSettings::new(args.brokers.clone());
     settings.topics = topics.clone();

