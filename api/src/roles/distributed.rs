@@ -58,7 +58,8 @@ async fn acquire(state: &AppState, kind: LeaseKind, count: i32) -> anyhow::Resul
 pub async fn load_api(state: &AppState) -> anyhow::Result<LeaseHold> {
     let kafka = connect(state).await?;
     let lease = acquire(state, LeaseKind::Replies, kafka.topics().api_slots).await?;
-    tracing::info!(partition = lease.slot, "reading replies");
+    let layout = kafka.topics().layout.as_str();
+    tracing::info!(partition = lease.slot, layout, "reading replies");
     let st = state.clone();
     let hold = spawn_renewal(lease.clone(), move || st.request_drain());
     let path = state.config.model.clone();
@@ -102,6 +103,7 @@ pub async fn load_api(state: &AppState) -> anyhow::Result<LeaseHold> {
     })
     .await
     .context("loader panicked")??;
+    backend.set_routing(state.config.kafka.routing.into());
     state.install(Arc::new(backend.clone()));
     tracing::info!("waiting for an executor to report ready");
     tokio::task::spawn_blocking(move || {
@@ -117,7 +119,8 @@ pub async fn load_api(state: &AppState) -> anyhow::Result<LeaseHold> {
 pub async fn start_executor(state: &AppState) -> anyhow::Result<Arc<JobServer>> {
     let kafka = connect(state).await?;
     let lease = acquire(state, LeaseKind::Interactive, kafka.topics().executor_slots).await?;
-    tracing::info!(partition = lease.slot, "taking jobs");
+    let layout = kafka.topics().layout.as_str();
+    tracing::info!(partition = lease.slot, layout, "taking jobs");
     let st = state.clone();
     // Assigning partitions reads offsets from the broker: blocking calls.
     let js = tokio::task::spawn_blocking(move || JobServer::spawn(st, kafka, lease))

@@ -1,11 +1,12 @@
 //! The API's backend in the distributed mode: the executors behind Kafka.
 //!
-//! [`RemoteBackend::submit`] picks the executor with the most headroom from
-//! the capacity view, sends the job to its partition, and hands back a
-//! [`Generation`] fed by this instance's reply partition. A watchdog
-//! declares an executor lost when its reports stop; the requests it held end
-//! at once with `executor_lost` (retryable while no token was delivered), so
-//! a stream never continues with text from another generation.
+//! [`RemoteBackend::submit`] picks an executor from the capacity view (by
+//! its routing policy, `kafka.routing`), sends the job to its partition, and
+//! hands back a [`Generation`] fed by this instance's reply partition. A
+//! watchdog declares an executor lost when its reports stop; the requests it
+//! held end at once with `executor_lost` (retryable while no token was
+//! delivered), so a stream never continues with text from another
+//! generation.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,11 +27,12 @@ use tokio::sync::mpsc;
 
 pub mod capacity;
 pub mod prefix;
+pub mod sim;
 
 use super::wire;
 use crate::backend::{Artifact, Backend, BackendError, Generation, Report, Runner};
 use crate::kafka::unix_ms;
-use capacity::{CapacityView, Entry};
+use capacity::{CapacityView, Entry, RoutingPolicy};
 use prefix::PrefixIndex;
 
 /// How many executors a request is offered to before a refusal stands.
@@ -147,6 +149,12 @@ impl RemoteBackend {
         Ok(RemoteBackend { inner })
     }
 
+    /// How requests choose among the executors (`kafka.routing`); the view
+    /// starts with [`RoutingPolicy::default`].
+    pub fn set_routing(&self, policy: RoutingPolicy) {
+        self.inner.view.lock().unwrap().set_policy(policy);
+    }
+
     /// Every executor this instance has heard of, with liveness.
     pub fn executors(&self) -> Vec<(Entry, bool)> {
         self.inner.view.lock().unwrap().entries()
@@ -184,6 +192,9 @@ impl Inner {
         if r.seq > p.next_seq {
             // A reply went missing: the stream cannot go on without a hole,
             // so it ends typed, like a lost executor, and the executor stops.
+            // In the shared layout, where every executor writes this reply
+            // partition, this is the safety net against a broker that lost
+            // or reordered a batch.
             tracing::warn!(request_id = %r.request_id, expected = p.next_seq, got = r.seq, "replies missing");
             let p = pending.remove(&r.request_id).expect("looked up above");
             drop(pending);

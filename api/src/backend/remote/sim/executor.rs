@@ -1,0 +1,302 @@
+//! One executor as the simulator models it: continuous batching with
+//! `max_num_seqs` sequence slots, a KV cache of fixed blocks, chunked prefill
+//! up to a step's token budget, one decode token per running sequence a
+//! step, and a prefix cache of whole system prompts. A step's time comes
+//! from the engine's step-cost model (its prior, without the attention term).
+
+use std::collections::VecDeque;
+
+use stoker_executor::BLOCK_SIZE;
+use stoker_schemas::transport::{CapacityReport, TRANSPORT_VERSION};
+
+use super::events::{MS, Micros};
+use super::workload::Request;
+
+/// The step-cost prior of `executor/src/scheduler/cost.rs`, in ms: fixed,
+/// per token computed, per row sampled (SmolLM2-135M on two CPU cores).
+pub const STEP_FIXED_MS: f64 = 5.0;
+pub const STEP_PER_TOKEN_MS: f64 = 1.5;
+pub const STEP_PER_SAMPLED_ROW_MS: f64 = 0.3;
+/// `engine.max_num_seqs` and `engine.max_batched_tokens` defaults.
+pub const MAX_NUM_SEQS: usize = 64;
+pub const MAX_STEP_TOKENS: u32 = 512;
+/// KV blocks of `BLOCK_SIZE` tokens (16,384 tokens).
+pub const KV_BLOCKS: u32 = 1024;
+/// `admission.max_waiting_requests` default: past this many waiting, the
+/// executor refuses a job and the API offers it elsewhere.
+pub const MAX_WAITING: usize = 256;
+/// KV room, in blocks, an executor needs beyond its queue to count as
+/// free: a request of the mix's mean size (prompt and output).
+pub fn free_blocks_wanted() -> u32 {
+    let (prompt, output) = super::workload::mean_tokens();
+    blocks((prompt + output).ceil() as u32)
+}
+
+/// System prompts an executor's prefix cache keeps (least recently used
+/// evicted).
+pub const PREFIX_CACHE: usize = 8;
+
+/// A step's duration for `tokens` computed and `sampled` rows.
+pub fn step_time(tokens: u32, sampled: u32) -> Micros {
+    let ms = STEP_FIXED_MS
+        + STEP_PER_TOKEN_MS * tokens as f64
+        + STEP_PER_SAMPLED_ROW_MS * sampled as f64;
+    (ms * MS as f64) as Micros
+}
+
+fn blocks(tokens: u32) -> u32 {
+    tokens.div_ceil(BLOCK_SIZE as u32)
+}
+
+struct Seq {
+    req: u32,
+    prompt: u32,
+    prefilled: u32,
+    output: u32,
+    generated: u32,
+    blocks: u32,
+    /// Prefill tokens in the step under way.
+    chunk: u32,
+    /// Decodes a token in the step under way.
+    decoding: bool,
+}
+
+/// What a step's end changed, for the metrics.
+#[derive(Default)]
+pub struct StepEnd {
+    pub first_tokens: Vec<u32>,
+    pub finished: Vec<u32>,
+}
+
+pub struct Executor {
+    pub id: String,
+    pub slot: i32,
+    running: Vec<Seq>,
+    waiting: VecDeque<u32>,
+    waiting_tokens: u64,
+    /// KV blocks the waiting jobs will take.
+    waiting_blocks: u32,
+    /// Prompt tokens not yet computed, waiting and running (cache hits
+    /// deducted at admission).
+    backlog: u32,
+    /// [`free_blocks_wanted`], computed once.
+    wanted: u32,
+    free_blocks: u32,
+    prefixes: VecDeque<u16>,
+    /// A step is under way.
+    pub busy: bool,
+    seq: u64,
+    /// Time-integral of running + waiting over the measured window.
+    load_area: f64,
+    last_touch: Micros,
+    pub prefix_hits: u64,
+}
+
+impl Executor {
+    pub fn new(index: u32) -> Self {
+        Executor {
+            id: format!("e{index}"),
+            slot: index as i32,
+            running: Vec::new(),
+            waiting: VecDeque::new(),
+            waiting_tokens: 0,
+            waiting_blocks: 0,
+            backlog: 0,
+            wanted: free_blocks_wanted(),
+            free_blocks: KV_BLOCKS,
+            prefixes: VecDeque::new(),
+            busy: false,
+            seq: 0,
+            load_area: 0.0,
+            last_touch: 0,
+            prefix_hits: 0,
+        }
+    }
+
+    /// Requests running or waiting.
+    pub fn load(&self) -> usize {
+        self.running.len() + self.waiting.len()
+    }
+
+    /// A request of the mean size arriving now would start at the next
+    /// step: a slot and KV room for it after everything queued ahead, and
+    /// less than a step's budget of prefill ahead of it.
+    pub fn has_free_slot(&self) -> bool {
+        self.would_fit(self.wanted)
+    }
+
+    fn would_fit(&self, need: u32) -> bool {
+        self.running.len() + self.waiting.len() < MAX_NUM_SEQS
+            && self.free_blocks >= self.waiting_blocks + need
+            && self.backlog < MAX_STEP_TOKENS
+    }
+
+    /// Whether `r`, arriving now, starts at the next step (jobs that came
+    /// during the step under way start with it) rather than queueing.
+    pub fn would_start(&self, r: &Request) -> bool {
+        self.would_fit(blocks(r.prompt_len() + r.output))
+    }
+
+    /// Whether the executor refuses another job (its queue is full).
+    pub fn refuses(&self) -> bool {
+        self.waiting.len() >= MAX_WAITING
+    }
+
+    /// Accounts the load carried since the last change, within
+    /// `[from, to)`; call before every change and once at the end.
+    pub fn touch(&mut self, now: Micros, from: Micros, to: Micros) {
+        let (a, b) = (self.last_touch.max(from), now.min(to));
+        if b > a {
+            self.load_area += self.load() as f64 * (b - a) as f64;
+        }
+        self.last_touch = now;
+    }
+
+    pub fn load_area(&self) -> f64 {
+        self.load_area
+    }
+
+    /// Queues a job; it starts at the next step with room for it.
+    pub fn enqueue(&mut self, req: u32, r: &Request) {
+        self.waiting.push_back(req);
+        self.waiting_tokens += (r.prompt_len() + r.output) as u64;
+        self.waiting_blocks += blocks(r.prompt_len() + r.output);
+        self.backlog += r.prompt_len();
+    }
+
+    /// Moves waiting jobs into free slots, first come first served, while
+    /// the head of the queue has KV room for its prompt and output.
+    fn admit(&mut self, reqs: &[Request]) {
+        while self.running.len() < MAX_NUM_SEQS {
+            let Some(&req) = self.waiting.front() else {
+                break;
+            };
+            let r = &reqs[req as usize];
+            let need = blocks(r.prompt_len() + r.output);
+            if need > self.free_blocks {
+                break;
+            }
+            self.waiting.pop_front();
+            self.waiting_tokens -= (r.prompt_len() + r.output) as u64;
+            self.waiting_blocks -= need;
+            self.free_blocks -= need;
+            let mut prefilled = 0;
+            if let Some(p) = r.prefix {
+                if let Some(i) = self.prefixes.iter().position(|&q| q == p) {
+                    self.prefixes.remove(i);
+                    prefilled = r.prefix_len;
+                    self.backlog -= prefilled;
+                    self.prefix_hits += 1;
+                } else if self.prefixes.len() == PREFIX_CACHE {
+                    self.prefixes.pop_front();
+                }
+                self.prefixes.push_back(p);
+            }
+            self.running.push(Seq {
+                req,
+                prompt: r.prompt_len(),
+                prefilled,
+                output: r.output,
+                generated: 0,
+                blocks: need,
+                chunk: 0,
+                decoding: false,
+            });
+        }
+    }
+
+    /// Starts a step if there is work and none is under way; returns its
+    /// duration. Decodes go first, then prefill chunks in admission order up
+    /// to the token budget.
+    pub fn start_step(&mut self, reqs: &[Request]) -> Option<Micros> {
+        if self.busy {
+            return None;
+        }
+        self.admit(reqs);
+        if self.running.is_empty() {
+            return None;
+        }
+        let mut tokens = 0;
+        let mut sampled = 0;
+        for s in self.running.iter_mut() {
+            s.decoding = s.prefilled == s.prompt;
+            s.chunk = 0;
+            if s.decoding {
+                tokens += 1;
+                sampled += 1;
+            }
+        }
+        for s in self.running.iter_mut().filter(|s| !s.decoding) {
+            let chunk = (s.prompt - s.prefilled).min(MAX_STEP_TOKENS.saturating_sub(tokens));
+            if chunk == 0 {
+                break;
+            }
+            s.chunk = chunk;
+            tokens += chunk;
+            if s.prefilled + chunk == s.prompt {
+                sampled += 1;
+            }
+        }
+        self.busy = true;
+        Some(step_time(tokens, sampled))
+    }
+
+    /// Ends the step under way: tokens delivered, sequences finished and
+    /// their blocks freed.
+    pub fn end_step(&mut self) -> StepEnd {
+        self.busy = false;
+        let mut out = StepEnd::default();
+        for s in self.running.iter_mut() {
+            if s.decoding {
+                s.generated += 1;
+            } else if s.chunk > 0 {
+                s.prefilled += s.chunk;
+                self.backlog -= s.chunk;
+                if s.prefilled == s.prompt {
+                    s.generated = 1;
+                    out.first_tokens.push(s.req);
+                }
+            }
+            s.chunk = 0;
+            s.decoding = false;
+        }
+        let mut freed = 0;
+        self.running.retain(|s| {
+            let done = s.generated >= s.output;
+            if done {
+                out.finished.push(s.req);
+                freed += s.blocks;
+            }
+            !done
+        });
+        self.free_blocks += freed;
+        out
+    }
+
+    /// The capacity report the real executor would publish now.
+    pub fn report(&mut self, now: Micros) -> CapacityReport {
+        self.seq += 1;
+        CapacityReport {
+            v: TRANSPORT_VERSION,
+            executor_id: self.id.clone(),
+            deployment_id: "sim".into(),
+            revision_id: "sim".into(),
+            model_sha256: super::SHA.into(),
+            slot: self.slot,
+            ready: true,
+            draining: false,
+            running: self.running.len() as u32,
+            waiting: self.waiting.len() as u32,
+            waiting_tokens: self.waiting_tokens,
+            kv_blocks_total: KV_BLOCKS as u64,
+            kv_blocks_free: self.free_blocks as u64,
+            block_size: BLOCK_SIZE as u32,
+            max_num_seqs: MAX_NUM_SEQS as u32,
+            tokens_per_second: 0.0,
+            prefill_tokens_per_second: 0.0,
+            decode_tokens_per_second: 0.0,
+            seq: self.seq,
+            sent_unix_ms: now / MS,
+        }
+    }
+}

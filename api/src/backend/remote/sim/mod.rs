@@ -1,0 +1,100 @@
+//! A discrete-event simulator of distributed routing: N API instances, each
+//! with its own real [`CapacityView`](super::capacity::CapacityView) and
+//! [`PrefixIndex`](super::prefix::PrefixIndex), in front of M modelled
+//! executors that publish real capacity reports every 500 ms. It measures
+//! what the routing policy does to time to first token, goodput and load
+//! spread when many instances route on the same stale reports, without a
+//! broker and without waiting: the clock is virtual. `benches/route_sim.rs`
+//! sweeps it; the tests below keep it honest.
+
+pub mod events;
+pub mod executor;
+pub mod stats;
+pub mod workload;
+mod world;
+
+use super::capacity::RoutingPolicy;
+pub use stats::Outcome;
+pub use workload::Arrivals;
+
+/// The artifact every simulated executor serves.
+pub const SHA: &str = "sim";
+
+/// Who routes, and on what.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    /// Every API instance on its own view, reports 5-20 ms late, jobs 2-8 ms
+    /// on the wire, prefix affinity on.
+    Routed(RoutingPolicy),
+    /// One router whose view is updated at every event (every send, step and
+    /// arrival visible at once, no delays): most headroom on the truth.
+    Omniscient,
+}
+
+impl Policy {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Policy::Routed(RoutingPolicy::MaxHeadroom) => "max_headroom",
+            Policy::Routed(RoutingPolicy::PowerOfChoices { d: 2 }) => "power_of_two",
+            Policy::Routed(RoutingPolicy::PowerOfChoices { .. }) => "power_of_d",
+            Policy::Omniscient => "omniscient",
+        }
+    }
+}
+
+/// One run's shape.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    pub apis: u32,
+    pub executors: u32,
+    pub policy: Policy,
+    pub arrivals: Arrivals,
+    /// Offered load as a share of the executors' aggregate capacity.
+    pub load: f64,
+    /// Seconds before measuring (queues fill), then seconds measured.
+    pub warmup_s: f64,
+    pub measure_s: f64,
+    /// Prefixes each API instance remembers.
+    pub prefix_capacity: usize,
+    /// Routers prefer the executor caching a request's prefix (as `submit`
+    /// does); off, they route by the policy alone.
+    pub affinity: bool,
+    pub seed: u64,
+}
+
+impl SimConfig {
+    pub fn new(apis: u32, executors: u32, policy: Policy) -> Self {
+        SimConfig {
+            apis,
+            executors,
+            policy,
+            arrivals: Arrivals::Poisson,
+            load: 0.8,
+            warmup_s: 10.0,
+            measure_s: 30.0,
+            prefix_capacity: 8192,
+            affinity: true,
+            seed: 1,
+        }
+    }
+}
+
+/// Requests per second one executor completes with every step full: the
+/// mean request's tokens at the cost model's per-token and per-row rates,
+/// plus the fixed cost of a full step spread over its tokens.
+pub fn executor_capacity() -> f64 {
+    use executor::{MAX_STEP_TOKENS, STEP_FIXED_MS, STEP_PER_SAMPLED_ROW_MS, STEP_PER_TOKEN_MS};
+    let (prompt, output) = workload::mean_tokens();
+    let tokens = prompt + output;
+    let ms = tokens * (STEP_PER_TOKEN_MS + STEP_FIXED_MS / MAX_STEP_TOKENS as f64)
+        + output * STEP_PER_SAMPLED_ROW_MS;
+    1000.0 / ms
+}
+
+/// Runs one simulation to completion.
+pub fn run(config: &SimConfig) -> Outcome {
+    world::World::new(config).run()
+}
+
+#[cfg(test)]
+mod tests;

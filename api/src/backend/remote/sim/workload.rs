@@ -1,0 +1,169 @@
+//! What the simulated clients send: arrival times (Poisson, or on/off
+//! modulated bursts with the same mean rate), a prompt-length mix, an
+//! output-length mix, and a share of requests that open with one of a few
+//! shared system prompts (so routing to the executor caching it pays).
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use super::events::{Micros, SECOND};
+
+/// 70% short prompts of 50-200 tokens, 30% long ones of 400-1500.
+pub const SHORT_SHARE: f64 = 0.7;
+pub const SHORT_PROMPT: (u32, u32) = (50, 200);
+pub const LONG_PROMPT: (u32, u32) = (400, 1500);
+/// 70% short answers of 16-128 tokens, 30% long ones of 128-512.
+pub const SHORT_OUTPUT: (u32, u32) = (16, 128);
+pub const LONG_OUTPUT: (u32, u32) = (128, 512);
+/// Half the requests open with one of 16 system prompts of 256 tokens.
+pub const SHARED_SHARE: f64 = 0.5;
+pub const SYSTEM_PROMPTS: u16 = 16;
+pub const SYSTEM_PROMPT_LEN: u32 = 256;
+/// Bursty arrivals: rate × 1.6 for an on phase, × 0.4 for an off phase,
+/// each lasting 5 s on average (exponential).
+pub const BURST_HIGH: f64 = 1.6;
+pub const BURST_LOW: f64 = 0.4;
+pub const BURST_PHASE_MEAN_S: f64 = 5.0;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arrivals {
+    Poisson,
+    Bursty,
+}
+
+/// One request, as routing and the executor model see it.
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// Tokens after the system prompt.
+    pub unique: u32,
+    pub output: u32,
+    pub prefix: Option<u16>,
+    pub prefix_len: u32,
+    pub api: u32,
+    pub arrived: Micros,
+    pub first_token: Option<Micros>,
+    pub finished: Option<Micros>,
+    /// Executors offered the job, in order.
+    pub tried: Vec<u32>,
+    pub refused: bool,
+}
+
+impl Request {
+    pub fn prompt_len(&self) -> u32 {
+        self.prefix_len + self.unique
+    }
+
+    /// The prompt's token ids: the system prompt's (the same for every
+    /// request sharing it), then ids no other request uses.
+    pub fn tokens(&self, index: u32) -> Vec<u32> {
+        let mut t = Vec::with_capacity(self.prompt_len() as usize);
+        if let Some(p) = self.prefix {
+            t.extend((0..self.prefix_len).map(|i| (p as u32 + 1) << 20 | i));
+        }
+        let base = (index as u64) << 11;
+        t.extend(
+            (0..self.unique).map(|i| (0x8000_0000u64 | ((base + i as u64) & 0x7fff_ffff)) as u32),
+        );
+        t
+    }
+}
+
+fn uniform(rng: &mut SmallRng, (lo, hi): (u32, u32)) -> u32 {
+    rng.random_range(lo..=hi)
+}
+
+fn mean((lo, hi): (u32, u32)) -> f64 {
+    (lo + hi) as f64 / 2.0
+}
+
+/// Mean prompt tokens (system prompt included) and mean output tokens.
+pub fn mean_tokens() -> (f64, f64) {
+    let prompt = SHORT_SHARE * mean(SHORT_PROMPT)
+        + (1.0 - SHORT_SHARE) * mean(LONG_PROMPT)
+        + SHARED_SHARE * SYSTEM_PROMPT_LEN as f64;
+    let output = SHORT_SHARE * mean(SHORT_OUTPUT) + (1.0 - SHORT_SHARE) * mean(LONG_OUTPUT);
+    (prompt, output)
+}
+
+/// The arrival process and the request mix.
+pub struct Workload {
+    rate: f64,
+    arrivals: Arrivals,
+    high: bool,
+    rng: SmallRng,
+}
+
+impl Workload {
+    /// `rate` requests per second on average.
+    pub fn new(rate: f64, arrivals: Arrivals, seed: u64) -> Self {
+        Workload {
+            rate,
+            arrivals,
+            high: true,
+            rng: SmallRng::seed_from_u64(seed),
+        }
+    }
+
+    fn current_rate(&self) -> f64 {
+        match (self.arrivals, self.high) {
+            (Arrivals::Poisson, _) => self.rate,
+            (Arrivals::Bursty, true) => self.rate * BURST_HIGH,
+            (Arrivals::Bursty, false) => self.rate * BURST_LOW,
+        }
+    }
+
+    fn exponential(&mut self, mean_s: f64) -> Micros {
+        let u: f64 = self.rng.random::<f64>();
+        (-(1.0 - u).ln() * mean_s * SECOND as f64) as Micros
+    }
+
+    /// Time to the next arrival at the current rate.
+    pub fn gap(&mut self) -> Micros {
+        let mean = 1.0 / self.current_rate();
+        self.exponential(mean).max(1)
+    }
+
+    /// Switches the on/off phase; returns the time to the next switch, or
+    /// `None` for Poisson arrivals.
+    pub fn phase(&mut self) -> Option<Micros> {
+        if self.arrivals == Arrivals::Poisson {
+            return None;
+        }
+        self.high = !self.high;
+        Some(self.exponential(BURST_PHASE_MEAN_S).max(1))
+    }
+
+    /// The next request, at `api`, arriving `now`.
+    pub fn request(&mut self, api: u32, now: Micros) -> Request {
+        let rng = &mut self.rng;
+        let unique = if rng.random_bool(SHORT_SHARE) {
+            uniform(rng, SHORT_PROMPT)
+        } else {
+            uniform(rng, LONG_PROMPT)
+        };
+        let output = if rng.random_bool(SHORT_SHARE) {
+            uniform(rng, SHORT_OUTPUT)
+        } else {
+            uniform(rng, LONG_OUTPUT)
+        };
+        let prefix = rng
+            .random_bool(SHARED_SHARE)
+            .then(|| rng.random_range(0..SYSTEM_PROMPTS));
+        Request {
+            unique,
+            output,
+            prefix,
+            prefix_len: if prefix.is_some() {
+                SYSTEM_PROMPT_LEN
+            } else {
+                0
+            },
+            api,
+            arrived: now,
+            first_token: None,
+            finished: None,
+            tried: Vec::new(),
+            refused: false,
+        }
+    }
+}
