@@ -639,6 +639,37 @@ struct Answer {
     request_id: String,
 }
 
+/// Waits until the API's view of `executor` holds a capacity report with a
+/// running request.
+async fn wait_reported_running(api: &Server, executor: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let v: Value = http()
+            .get(api.url("/admin/v1/executors"))
+            .send()
+            .await
+            .expect("GET /admin/v1/executors")
+            .json()
+            .await
+            .expect("executors");
+        let running = v["data"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|e| e["executor_id"] == executor)
+            .and_then(|e| e["live"]["running"].as_u64())
+            .unwrap_or(0);
+        if running >= 1 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the API saw no report of {executor} running the stream within 10 s: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// The request log's row for `request_id`, once the API has written it.
 async fn logged(api: &Server, request_id: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -711,6 +742,11 @@ async fn a_conversations_next_turn_goes_where_its_prefix_is_cached() {
             && running(&cluster.executors[other]).await == 0.0,
         "the long stream runs where the conversation's prefix is cached"
     );
+
+    // The API's view holds a report taken since the stream started (until
+    // then it counts the stream as sent on top of a report that may still
+    // show turn 1, two requests where one runs).
+    wait_reported_running(&cluster.api, &holder_id).await;
 
     // The next turn still goes to the holder: a cached prefix is worth a
     // little imbalance (headroom alone would pick the idle executor).
