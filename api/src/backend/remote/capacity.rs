@@ -115,16 +115,14 @@ pub struct CapacityView {
 
 /// How many more requests than `least` (the alternative's load) an
 /// executor holding a request's prefix may carry and still get it: a
-/// quarter of the alternative's load (at least one), and never more than a
-/// quarter of the executor's slots. Relative, because the fixed quarter of
-/// the slots it replaces let a popular system prompt's holders run 16
-/// requests above the rest where executors carry a few each (in the
-/// simulator at 50 API instances and 500 executors, load max/mean 2.42
-/// with it, 1.51 with this rule, 1.52 with no affinity at all).
-fn affinity_allowance(e: &Entry, least: i64) -> i64 {
-    (least / 4)
-        .max(1)
-        .min((e.report.max_num_seqs as i64 / 4).max(1))
+/// quarter of its slots (at least one).
+fn affinity_allowance(e: &Entry, _least: i64) -> i64 {
+    // The relative allowance (`(least / 4).max(1)`, capped as here) spread
+    // load better in the simulator, but sent a conversation's next turn away
+    // from its cached prefix under the end-to-end suite's load; until the
+    // view stops double-counting sends across a report, the fixed quarter of
+    // the slots holds.
+    (e.report.max_num_seqs as i64 / 4).max(1)
 }
 
 /// The ranking key: a free slot, KV room for the request, least load, most
@@ -228,8 +226,8 @@ impl CapacityView {
     /// `preferred` (the executor holding the request's prefix in its cache)
     /// when it takes work, has a free sequence slot and KV room for the whole
     /// request, and carries at most [`affinity_allowance`] more requests
-    /// than the executor routing would take otherwise (a quarter more, at
-    /// least one): a cache hit is worth a little imbalance, not a queue. Otherwise
+    /// than the executor routing would take otherwise (a quarter of its
+    /// slots): a cache hit is worth a little imbalance, not a queue. Otherwise
     /// [`CapacityView::pick`]'s choice.
     ///
     /// Under [`RoutingPolicy::MaxHeadroom`] the comparison is with the least
@@ -503,10 +501,7 @@ mod tests {
         };
         // At least one, a quarter of the alternative's load, and at most a
         // quarter of the executor's slots.
-        assert_eq!(affinity_allowance(&e, 0), 1);
-        assert_eq!(affinity_allowance(&e, 3), 1);
-        assert_eq!(affinity_allowance(&e, 12), 3);
-        assert_eq!(affinity_allowance(&e, 40), 10);
+        assert_eq!(affinity_allowance(&e, 0), 16);
         assert_eq!(affinity_allowance(&e, 200), 16);
     }
 
@@ -517,8 +512,7 @@ mod tests {
         v.observe(report("a", 0, 0, 100), t0);
         v.observe(report("b", 1, 0, 50), t0);
         // b holds the prefix: preferred although a has more headroom, while
-        // b carries at most one request more than a (a quarter of a's load,
-        // at least one).
+        // b carries at most 2 (a quarter of 8 slots) more requests than a.
         let picks: Vec<String> = (0..5)
             .map(|_| {
                 v.pick_preferring("sha", 10, t0, Some("b"))
@@ -526,7 +520,7 @@ mod tests {
                     .executor_id
             })
             .collect();
-        assert_eq!(picks, ["b", "b", "a", "b", "a"], "{picks:?}");
+        assert_eq!(picks, ["b", "b", "b", "a", "b"], "{picks:?}");
         // No free slot on b: headroom decides whatever the load.
         v.observe(report("a", 0, 7, 100), t0);
         v.observe(report("b", 1, 8, 50), t0);
