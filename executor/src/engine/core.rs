@@ -702,6 +702,7 @@ impl EngineCore {
             l.preemptions_total = g.preemptions[lane];
         }
         self.stats.waiting_tokens = g.waiting_tokens;
+        self.stats.prefill_backlog_tokens = g.prefill_backlog_tokens;
         self.stats.kv_blocks_total = g.kv.total;
         self.stats.kv_blocks_used = g.kv.used;
         self.stats.kv_blocks_free = g.kv.free + g.kv.cached_evictable;

@@ -21,6 +21,8 @@ pub struct EngineStats {
     pub batch: LaneStats,
     /// Prompt + max tokens of every waiting request, both lanes.
     pub waiting_tokens: usize,
+    /// Prompt tokens not computed yet, waiting and running, both lanes.
+    pub prefill_backlog_tokens: usize,
     pub kv_blocks_total: usize,
     pub kv_blocks_used: usize,
     pub kv_blocks_free: usize,

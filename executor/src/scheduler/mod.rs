@@ -334,6 +334,12 @@ impl Scheduler {
                 batch: self.waiting.batch.len(),
             },
             waiting_tokens: self.waiting_tokens,
+            prefill_backlog_tokens: self
+                .seqs
+                .values()
+                .filter(|s| s.num_computed < s.prompt_len)
+                .map(|s| s.tokens.len() - s.num_computed)
+                .sum(),
             lane_blocks: self.lane_blocks,
             kv: self.kv.stats(),
             preemptions: self.preemptions,

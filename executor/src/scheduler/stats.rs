@@ -45,6 +45,10 @@ pub struct SchedulerStats {
     pub waiting: PerLane<usize>,
     /// Prompt + max_new_tokens summed over waiting sequences.
     pub waiting_tokens: usize,
+    /// Prompt tokens not computed yet, over waiting and running sequences
+    /// (a preempted one counts everything it must recompute): the prefill a
+    /// new request queues behind, which distributed routing ranks by.
+    pub prefill_backlog_tokens: usize,
     /// Block references held by each lane's sequences (a block shared by two
     /// sequences counts twice); the batch lane's is capped by the reserve.
     pub lane_blocks: PerLane<usize>,

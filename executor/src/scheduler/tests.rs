@@ -86,6 +86,23 @@ fn a_sequence_that_outgrows_its_lane_is_aborted_not_preempted_forever() {
 }
 
 #[test]
+fn the_prefill_backlog_counts_prompt_tokens_not_yet_computed() {
+    // 256 tokens a step: two prompts of 300 and 100 queue 400 tokens; the
+    // first step computes 256 of them, the second the rest, then decodes
+    // add nothing.
+    let mut s = Scheduler::new(config()).unwrap();
+    s.add(spec(1, Lane::Interactive, "t", 300, 4)).unwrap();
+    s.add(spec(2, Lane::Interactive, "t", 100, 4)).unwrap();
+    assert_eq!(s.stats().prefill_backlog_tokens, 400);
+    step(&mut s);
+    assert_eq!(s.stats().prefill_backlog_tokens, 144);
+    step(&mut s);
+    assert_eq!(s.stats().prefill_backlog_tokens, 0);
+    step(&mut s);
+    assert_eq!(s.stats().prefill_backlog_tokens, 0);
+}
+
+#[test]
 fn admission_takes_turns_between_tenants_of_a_lane() {
     let mut s = Scheduler::new(SchedulerConfig {
         max_num_seqs: 3,
