@@ -929,6 +929,7 @@ fn metrics_parse_as_prometheus_text() {
         "stoker_engine_step_decode_rows",
         "stoker_engine_step_limit_seconds",
         "stoker_engine_step_cost_relative_error",
+        "stoker_engine_step_cost_ms",
     ] {
         assert!(names.contains(want), "missing {want} in {names:?}");
     }

@@ -208,6 +208,40 @@ pub struct CapacityReport {
     /// Counts up per report from the same process start.
     pub seq: u64,
     pub sent_unix_ms: u64,
+    /// The requests counted in `running` and `waiting` that came in jobs,
+    /// by the reply partition they answer on: one entry per partition with
+    /// any, so the list grows with this executor's load, not with the API
+    /// instances. An API instance takes its own out of the report and adds
+    /// what it has in flight here now, so a request it sent is counted once
+    /// whether the report predates it, shows it, or outlived it. Absent from
+    /// older executors (the API then counts its sends since the report).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by_reply_partition: Option<Vec<PartitionLoad>>,
+    /// Prompt tokens of the requests running and waiting not computed yet
+    /// (a cached prefix deducted once admitted): the prefill a new request
+    /// queues behind. Absent from older executors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill_backlog_tokens: Option<u64>,
+}
+
+/// Requests an executor holds for one reply partition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct PartitionLoad {
+    pub partition: i32,
+    pub requests: u32,
+}
+
+impl CapacityReport {
+    /// The requests this report counts for `reply_partition`: `None` when
+    /// the executor does not say, 0 when it holds none.
+    pub fn held_for(&self, reply_partition: i32) -> Option<u32> {
+        self.by_reply_partition.as_ref().map(|v| {
+            v.iter()
+                .filter(|p| p.partition == reply_partition)
+                .map(|p| p.requests)
+                .sum()
+        })
+    }
 }
 
 /// Why a body was refused.

@@ -30,8 +30,10 @@ use crate::kafka::{LeaseHold, unix_ms};
 use crate::metrics::lane_name;
 use crate::state::{AppState, Phase};
 
+mod held;
 mod seen;
 
+use held::Held;
 use seen::Seen;
 
 /// A running executor's transport loops.
@@ -42,6 +44,8 @@ pub struct JobServer {
     slot: i32,
     /// Cancel switches of the jobs running now, by request id.
     running: Mutex<HashMap<String, oneshot::Sender<()>>>,
+    /// The jobs in the engine by reply partition, for the reports.
+    held: Held,
     report_seq: AtomicU64,
     /// When this executor started draining (unix ms; 0 while not).
     drain_started_ms: AtomicU64,
@@ -72,6 +76,7 @@ impl JobServer {
             executor_id,
             slot: lease.slot,
             running: Mutex::new(HashMap::new()),
+            held: Held::default(),
             report_seq: AtomicU64::new(0),
             drain_started_ms: AtomicU64::new(0),
             lease: Mutex::new(None),
@@ -181,6 +186,8 @@ impl JobServer {
             decode_tokens_per_second: s.decode_tokens_per_second_ewma,
             seq: self.report_seq.fetch_add(1, Ordering::Relaxed),
             sent_unix_ms: unix_ms(),
+            by_reply_partition: Some(self.held.snapshot()),
+            prefill_backlog_tokens: Some(s.prefill_backlog_tokens as u64),
         })
     }
 
@@ -354,6 +361,8 @@ impl JobServer {
                 return;
             }
         };
+        // Counted for its API instance until the last reply is sent.
+        let _hold = self.held.hold(job.reply_partition);
         let (cancel_tx, mut cancel_rx) = oneshot::channel();
         self.running
             .lock()

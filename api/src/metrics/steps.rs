@@ -9,7 +9,7 @@
 use std::sync::{Arc, Mutex};
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::gauge::ConstGauge;
 use stoker_executor::Lane;
@@ -17,6 +17,14 @@ use stoker_executor::engine::step_stats::{StepHistogram, StepHistograms};
 use stoker_executor::scheduler::PlannerSnapshot;
 
 use super::{LaneLabels, ModelLabels, lane_name};
+
+/// A term of the step-cost model.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TermLabels {
+    model: String,
+    revision: String,
+    term: &'static str,
+}
 
 /// The latest planner figures the engine published.
 #[derive(Debug, Clone, Default)]
@@ -116,6 +124,28 @@ impl Collector for StepCollector {
                 MetricType::Gauge,
             )?;
             ConstGauge::new(p.cost.relative_error).encode(g.encode_family(m)?)?;
+            // What a step costs here, for capacity planning and for the
+            // routing simulator's calibration against this executor.
+            let mut g = enc.encode_descriptor(
+                "engine_step_cost_ms",
+                "The step-cost model's fitted terms, ms: fixed per step, per token computed, per row sampled, per 1,000 attention pairs",
+                None,
+                MetricType::Gauge,
+            )?;
+            let c = &p.cost;
+            for (term, v) in [
+                ("fixed", c.fixed_ms),
+                ("per_token", c.per_token_ms),
+                ("per_sampled_row", c.per_sampled_row_ms),
+                ("per_1k_attention_pairs", c.per_1k_attention_pairs_ms),
+            ] {
+                let labels = TermLabels {
+                    model: m.model.clone(),
+                    revision: m.revision.clone(),
+                    term,
+                };
+                ConstGauge::new(v).encode(g.encode_family(&labels)?)?;
+            }
         }
         Ok(())
     }

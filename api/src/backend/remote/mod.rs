@@ -32,7 +32,7 @@ pub mod sim;
 use super::wire;
 use crate::backend::{Artifact, Backend, BackendError, Generation, Report, Runner};
 use crate::kafka::unix_ms;
-use capacity::{CapacityView, Entry, RoutingPolicy};
+use capacity::{CapacityView, Demand, Entry, InFlight, RoutingPolicy};
 use prefix::PrefixIndex;
 
 /// How many executors a request is offered to before a refusal stands.
@@ -46,6 +46,8 @@ struct Pending {
     /// The job as sent, for a retry elsewhere; executors that refused it.
     job: JobMessage,
     tried: Vec<String>,
+    /// Counts the request in `executor`'s load in the view until it ends.
+    _held: InFlight,
     /// A token reached the client: a retry would repeat it.
     delivered: bool,
     next_seq: u64,
@@ -129,7 +131,14 @@ impl RemoteBackend {
         {
             let inner = inner.clone();
             crate::kafka::spawn_consumer(&rt, capacity, "capacity", move |r: CapacityReport| {
-                inner.view.lock().unwrap().observe(r, Instant::now())
+                // What the executor holds for this instance: the reply
+                // partition this instance reads for that executor's slot.
+                let own = r.held_for(inner.kafka.topics().reply_partition(inner.slot, r.slot));
+                inner
+                    .view
+                    .lock()
+                    .unwrap()
+                    .observe_own(r, own, Instant::now())
             });
         }
         {
@@ -223,7 +232,10 @@ impl Inner {
             && matches!(code, ErrorCode::NotReady | ErrorCode::ServerOverloaded)
             && p.tried.len() < MAX_ATTEMPTS
         {
-            let demand = p.job.prompt.len() + p.job.sampling.max_tokens as usize;
+            let demand = Demand {
+                prompt: p.job.prompt.len(),
+                tokens: p.job.prompt.len() + p.job.sampling.max_tokens as usize,
+            };
             let next = self.view.lock().unwrap().pick_excluding(
                 &self.info.identity.sha256,
                 demand,
@@ -235,6 +247,7 @@ impl Inner {
                 p.executor = choice.executor_id.clone();
                 *p.runner.lock().unwrap_or_else(|e| e.into_inner()) = choice.executor_id.clone();
                 p.tried.push(choice.executor_id.clone());
+                p._held = choice.held;
                 p.next_seq = 0;
                 p.last_heard = Instant::now();
                 p.job.executor_id = choice.executor_id;
@@ -422,7 +435,10 @@ impl Backend for RemoteBackend {
 
     fn submit(&self, request: ValidRequest) -> Result<Generation, BackendError> {
         let inner = &self.inner;
-        let demand = request.prompt().len() + request.params().max_tokens;
+        let demand = Demand {
+            prompt: request.prompt().len(),
+            tokens: request.prompt().len() + request.params().max_tokens,
+        };
         // Prefer the executor whose cache holds this prompt's prefix (the
         // conversation's earlier turns, a shared system prompt).
         let blocks = prefix::block_hashes(request.prompt());
@@ -477,6 +493,7 @@ impl Backend for RemoteBackend {
                 runner: runner.clone(),
                 job: job.clone(),
                 tried: vec![choice.executor_id.clone()],
+                _held: choice.held,
                 delivered: false,
                 next_seq: 0,
                 last_heard: Instant::now(),

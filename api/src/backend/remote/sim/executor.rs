@@ -7,16 +7,40 @@
 use std::collections::VecDeque;
 
 use stoker_executor::BLOCK_SIZE;
-use stoker_schemas::transport::{CapacityReport, TRANSPORT_VERSION};
+use stoker_schemas::transport::{CapacityReport, PartitionLoad, TRANSPORT_VERSION};
 
 use super::events::{MS, Micros};
-use super::workload::Request;
+use super::workload::{Mix, Request};
 
-/// The step-cost prior of `executor/src/scheduler/cost.rs`, in ms: fixed,
-/// per token computed, per row sampled (SmolLM2-135M on two CPU cores).
-pub const STEP_FIXED_MS: f64 = 5.0;
-pub const STEP_PER_TOKEN_MS: f64 = 1.5;
-pub const STEP_PER_SAMPLED_ROW_MS: f64 = 0.3;
+/// A step's cost in ms: fixed, per token computed, per row sampled.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Cost {
+    pub fixed_ms: f64,
+    pub per_token_ms: f64,
+    pub per_row_ms: f64,
+}
+
+impl Default for Cost {
+    /// The step-cost prior of `executor/src/scheduler/cost.rs`
+    /// (SmolLM2-135M on two CPU cores): 5 ms + 1.5 ms a token + 0.3 ms a
+    /// sampled row.
+    fn default() -> Self {
+        Cost {
+            fixed_ms: 5.0,
+            per_token_ms: 1.5,
+            per_row_ms: 0.3,
+        }
+    }
+}
+
+impl Cost {
+    /// A step's duration for `tokens` computed and `sampled` rows.
+    pub fn step_time(&self, tokens: u32, sampled: u32) -> Micros {
+        let ms =
+            self.fixed_ms + self.per_token_ms * tokens as f64 + self.per_row_ms * sampled as f64;
+        (ms * MS as f64) as Micros
+    }
+}
 /// `engine.max_num_seqs` and `engine.max_batched_tokens` defaults.
 pub const MAX_NUM_SEQS: usize = 64;
 pub const MAX_STEP_TOKENS: u32 = 512;
@@ -27,8 +51,8 @@ pub const KV_BLOCKS: u32 = 1024;
 pub const MAX_WAITING: usize = 256;
 /// KV room, in blocks, an executor needs beyond its queue to count as
 /// free: a request of the mix's mean size (prompt and output).
-pub fn free_blocks_wanted() -> u32 {
-    let (prompt, output) = super::workload::mean_tokens();
+pub fn free_blocks_wanted(mix: &Mix) -> u32 {
+    let (prompt, output) = mix.mean_tokens();
     blocks((prompt + output).ceil() as u32)
 }
 
@@ -36,20 +60,13 @@ pub fn free_blocks_wanted() -> u32 {
 /// evicted).
 pub const PREFIX_CACHE: usize = 8;
 
-/// A step's duration for `tokens` computed and `sampled` rows.
-pub fn step_time(tokens: u32, sampled: u32) -> Micros {
-    let ms = STEP_FIXED_MS
-        + STEP_PER_TOKEN_MS * tokens as f64
-        + STEP_PER_SAMPLED_ROW_MS * sampled as f64;
-    (ms * MS as f64) as Micros
-}
-
 fn blocks(tokens: u32) -> u32 {
     tokens.div_ceil(BLOCK_SIZE as u32)
 }
 
 struct Seq {
     req: u32,
+    api: u32,
     prompt: u32,
     prefilled: u32,
     output: u32,
@@ -81,8 +98,12 @@ pub struct Executor {
     backlog: u32,
     /// [`free_blocks_wanted`], computed once.
     wanted: u32,
+    cost: Cost,
     free_blocks: u32,
     prefixes: VecDeque<u16>,
+    /// Requests running or waiting, by the API instance that sent them
+    /// (its index is its reply partition in the reports).
+    held: Vec<u32>,
     /// A step is under way.
     pub busy: bool,
     seq: u64,
@@ -93,7 +114,7 @@ pub struct Executor {
 }
 
 impl Executor {
-    pub fn new(index: u32) -> Self {
+    pub fn new(index: u32, cost: Cost, wanted: u32) -> Self {
         Executor {
             id: format!("e{index}"),
             slot: index as i32,
@@ -102,9 +123,11 @@ impl Executor {
             waiting_tokens: 0,
             waiting_blocks: 0,
             backlog: 0,
-            wanted: free_blocks_wanted(),
+            wanted,
+            cost,
             free_blocks: KV_BLOCKS,
             prefixes: VecDeque::new(),
+            held: Vec::new(),
             busy: false,
             seq: 0,
             load_area: 0.0,
@@ -162,6 +185,11 @@ impl Executor {
         self.waiting_tokens += (r.prompt_len() + r.output) as u64;
         self.waiting_blocks += blocks(r.prompt_len() + r.output);
         self.backlog += r.prompt_len();
+        let api = r.api as usize;
+        if self.held.len() <= api {
+            self.held.resize(api + 1, 0);
+        }
+        self.held[api] += 1;
     }
 
     /// Moves waiting jobs into free slots, first come first served, while
@@ -194,6 +222,7 @@ impl Executor {
             }
             self.running.push(Seq {
                 req,
+                api: r.api,
                 prompt: r.prompt_len(),
                 prefilled,
                 output: r.output,
@@ -238,7 +267,7 @@ impl Executor {
             }
         }
         self.busy = true;
-        Some(step_time(tokens, sampled))
+        Some(self.cost.step_time(tokens, sampled))
     }
 
     /// Ends the step under way: tokens delivered, sequences finished and
@@ -261,11 +290,13 @@ impl Executor {
             s.decoding = false;
         }
         let mut freed = 0;
+        let held = &mut self.held;
         self.running.retain(|s| {
             let done = s.generated >= s.output;
             if done {
                 out.finished.push(s.req);
                 freed += s.blocks;
+                held[s.api as usize] -= 1;
             }
             !done
         });
@@ -297,6 +328,17 @@ impl Executor {
             decode_tokens_per_second: 0.0,
             seq: self.seq,
             sent_unix_ms: now / MS,
+            by_reply_partition: Some(
+                (0..)
+                    .zip(&self.held)
+                    .filter(|&(_, &requests)| requests > 0)
+                    .map(|(partition, &requests)| PartitionLoad {
+                        partition,
+                        requests,
+                    })
+                    .collect(),
+            ),
+            prefill_backlog_tokens: Some(self.backlog as u64),
         }
     }
 }

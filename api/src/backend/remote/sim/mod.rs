@@ -14,8 +14,9 @@ pub mod workload;
 mod world;
 
 use super::capacity::RoutingPolicy;
+pub use executor::Cost;
 pub use stats::Outcome;
-pub use workload::Arrivals;
+pub use workload::{Arrivals, Mix};
 
 /// The artifact every simulated executor serves.
 pub const SHA: &str = "sim";
@@ -49,6 +50,10 @@ pub struct SimConfig {
     pub executors: u32,
     pub policy: Policy,
     pub arrivals: Arrivals,
+    /// What the requests are.
+    pub mix: Mix,
+    /// What an executor's step costs.
+    pub cost: Cost,
     /// Offered load as a share of the executors' aggregate capacity.
     pub load: f64,
     /// Seconds before measuring (queues fill), then seconds measured.
@@ -59,6 +64,11 @@ pub struct SimConfig {
     /// Routers prefer the executor caching a request's prefix (as `submit`
     /// does); off, they route by the policy alone.
     pub affinity: bool,
+    /// Routers read their own requests out of each report (its
+    /// `by_reply_partition`) and count what they have in flight instead,
+    /// as `stoker api` does; off, they count their sends since the report,
+    /// as against an executor that does not say.
+    pub own_accounting: bool,
     pub seed: u64,
 }
 
@@ -69,26 +79,36 @@ impl SimConfig {
             executors,
             policy,
             arrivals: Arrivals::Poisson,
+            mix: Mix::default(),
+            cost: Cost::default(),
             load: 0.8,
             warmup_s: 10.0,
             measure_s: 30.0,
             prefix_capacity: 8192,
             affinity: true,
+            own_accounting: true,
             seed: 1,
         }
     }
 }
 
-/// Requests per second one executor completes with every step full: the
-/// mean request's tokens at the cost model's per-token and per-row rates,
-/// plus the fixed cost of a full step spread over its tokens.
-pub fn executor_capacity() -> f64 {
-    use executor::{MAX_STEP_TOKENS, STEP_FIXED_MS, STEP_PER_SAMPLED_ROW_MS, STEP_PER_TOKEN_MS};
-    let (prompt, output) = workload::mean_tokens();
-    let tokens = prompt + output;
-    let ms = tokens * (STEP_PER_TOKEN_MS + STEP_FIXED_MS / MAX_STEP_TOKENS as f64)
-        + output * STEP_PER_SAMPLED_ROW_MS;
-    1000.0 / ms
+impl SimConfig {
+    /// Requests per second one executor completes with every step full: the
+    /// mean request's tokens at the cost model's per-token and per-row
+    /// rates, plus the fixed cost of a full step spread over its tokens.
+    pub fn executor_capacity(&self) -> f64 {
+        let (prompt, output) = self.mix.mean_tokens();
+        let c = &self.cost;
+        let tokens = prompt + output;
+        let ms = tokens * (c.per_token_ms + c.fixed_ms / executor::MAX_STEP_TOKENS as f64)
+            + output * c.per_row_ms;
+        1000.0 / ms
+    }
+
+    /// Requests per second offered: `load` of the executors' capacity.
+    pub fn rate(&self) -> f64 {
+        self.load * self.executors as f64 * self.executor_capacity()
+    }
 }
 
 /// Runs one simulation to completion.

@@ -2,7 +2,6 @@
 //! executors were loaded, refusals and misrouted jobs.
 
 use super::events::{MS, Micros};
-use super::executor::STEP_PER_TOKEN_MS;
 use super::workload::Request;
 
 /// The SLO: a first token within 1 s plus the prompt's own prefill time at
@@ -30,6 +29,8 @@ pub struct Outcome {
     /// another executor could have started a request of the mean size at
     /// its next step.
     pub misrouted: usize,
+    /// Measured requests each executor ran.
+    pub served: Vec<usize>,
     /// Requests that found their system prompt in the executor's cache.
     pub prefix_hits: u64,
     /// Simulated events, for the cost of the run.
@@ -44,12 +45,12 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i]
 }
 
-fn meets_slo(r: &Request) -> bool {
+fn meets_slo(r: &Request, per_token_ms: f64) -> bool {
     let (Some(first), Some(done)) = (r.first_token, r.finished) else {
         return false;
     };
     let ttft_ms = (first - r.arrived) as f64 / MS as f64;
-    let budget = SLO_TTFT_SLACK_MS + STEP_PER_TOKEN_MS * r.prompt_len() as f64;
+    let budget = SLO_TTFT_SLACK_MS + per_token_ms * r.prompt_len() as f64;
     let itl_ms = if r.output > 1 {
         (done - first) as f64 / MS as f64 / (r.output - 1) as f64
     } else {
@@ -59,8 +60,15 @@ fn meets_slo(r: &Request) -> bool {
 }
 
 /// Summarises the requests that arrived in `[from, to)` and the executors'
-/// load integrals over the same window.
-pub fn summarise(reqs: &[Request], from: Micros, to: Micros, load_areas: &[f64]) -> Outcome {
+/// load integrals over the same window; `per_token_ms` is the cost model's
+/// prefill rate the TTFT SLO allows for.
+pub fn summarise(
+    reqs: &[Request],
+    from: Micros,
+    to: Micros,
+    load_areas: &[f64],
+    per_token_ms: f64,
+) -> Outcome {
     let measured: Vec<&Request> = reqs
         .iter()
         .filter(|r| r.arrived >= from && r.arrived < to)
@@ -70,7 +78,17 @@ pub fn summarise(reqs: &[Request], from: Micros, to: Micros, load_areas: &[f64])
         .filter_map(|r| r.first_token.map(|f| (f - r.arrived) as f64 / MS as f64))
         .collect();
     ttft.sort_by(f64::total_cmp);
-    let good = measured.iter().filter(|r| meets_slo(r)).count();
+    let good = measured
+        .iter()
+        .filter(|r| meets_slo(r, per_token_ms))
+        .count();
+    // Each request counts for the executor that ran it (its last offer).
+    let mut served = vec![0usize; load_areas.len()];
+    for r in measured.iter().filter(|r| !r.refused) {
+        if let Some(&e) = r.tried.last() {
+            served[e as usize] += 1;
+        }
+    }
     let mean = load_areas.iter().sum::<f64>() / load_areas.len().max(1) as f64;
     let max = load_areas.iter().copied().fold(0.0, f64::max);
     Outcome {
@@ -80,6 +98,7 @@ pub fn summarise(reqs: &[Request], from: Micros, to: Micros, load_areas: &[f64])
         goodput: good as f64 / measured.len().max(1) as f64,
         load_max_over_mean: if mean > 0.0 { max / mean } else { 1.0 },
         refused: measured.iter().filter(|r| r.refused).count(),
+        served,
         ..Outcome::default()
     }
 }

@@ -38,3 +38,23 @@ fn two_choices_spread_load_better_than_most_headroom_under_many_apis() {
     );
     assert!(p2.misrouted < max.misrouted, "{p2:?}\n{max:?}");
 }
+
+#[test]
+fn every_measured_request_counts_for_the_executor_that_ran_it() {
+    let o = quick(2, 4, Policy::Routed(RoutingPolicy::PowerOfChoices { d: 2 }));
+    assert_eq!(o.served.len(), 4);
+    assert_eq!(o.served.iter().sum::<usize>(), o.requests - o.refused);
+    assert!(o.served.iter().all(|&n| n > 0), "{o:?}");
+}
+
+#[test]
+fn a_fixed_mix_is_the_lengths_it_names_and_sets_the_capacity() {
+    let mut c = SimConfig::new(1, 2, Policy::Omniscient);
+    c.mix = Mix::fixed(128, 32);
+    assert_eq!(c.mix.mean_tokens(), (128.0, 32.0));
+    // 160 tokens at 1.5 ms plus 5 ms per 512, and 32 sampled rows at 0.3.
+    let ms = 160.0 * (1.5 + 5.0 / 512.0) + 32.0 * 0.3;
+    assert!((c.executor_capacity() - 1000.0 / ms).abs() < 1e-9);
+    c.load = 0.5;
+    assert!((c.rate() - 2.0 * 0.5 * 1000.0 / ms).abs() < 1e-9);
+}

@@ -8,17 +8,65 @@ use rand::{Rng, SeedableRng};
 
 use super::events::{Micros, SECOND};
 
-/// 70% short prompts of 50-200 tokens, 30% long ones of 400-1500.
-pub const SHORT_SHARE: f64 = 0.7;
-pub const SHORT_PROMPT: (u32, u32) = (50, 200);
-pub const LONG_PROMPT: (u32, u32) = (400, 1500);
-/// 70% short answers of 16-128 tokens, 30% long ones of 128-512.
-pub const SHORT_OUTPUT: (u32, u32) = (16, 128);
-pub const LONG_OUTPUT: (u32, u32) = (128, 512);
-/// Half the requests open with one of 16 system prompts of 256 tokens.
-pub const SHARED_SHARE: f64 = 0.5;
-pub const SYSTEM_PROMPTS: u16 = 16;
-pub const SYSTEM_PROMPT_LEN: u32 = 256;
+/// The request mix: a share of short prompts and outputs (uniform in their
+/// ranges), the rest long, and a share opening with one of a few system
+/// prompts.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Mix {
+    pub short_share: f64,
+    pub short_prompt: (u32, u32),
+    pub long_prompt: (u32, u32),
+    pub short_output: (u32, u32),
+    pub long_output: (u32, u32),
+    pub shared_share: f64,
+    pub system_prompts: u16,
+    pub system_prompt_len: u32,
+}
+
+impl Default for Mix {
+    /// 70% short prompts of 50-200 tokens, 30% long ones of 400-1,500; 70%
+    /// short answers of 16-128 tokens, 30% long ones of 128-512; half the
+    /// requests open with one of 16 system prompts of 256 tokens.
+    fn default() -> Self {
+        Mix {
+            short_share: 0.7,
+            short_prompt: (50, 200),
+            long_prompt: (400, 1500),
+            short_output: (16, 128),
+            long_output: (128, 512),
+            shared_share: 0.5,
+            system_prompts: 16,
+            system_prompt_len: 256,
+        }
+    }
+}
+
+impl Mix {
+    /// Every request `prompt` tokens in and `output` out, none shared: what
+    /// `stoker bench serve --input P --output O` sends.
+    pub fn fixed(prompt: u32, output: u32) -> Self {
+        Mix {
+            short_share: 1.0,
+            short_prompt: (prompt, prompt),
+            long_prompt: (prompt, prompt),
+            short_output: (output, output),
+            long_output: (output, output),
+            shared_share: 0.0,
+            system_prompts: 0,
+            system_prompt_len: 0,
+        }
+    }
+
+    /// Mean prompt tokens (system prompt included) and mean output tokens.
+    pub fn mean_tokens(&self) -> (f64, f64) {
+        let s = self.short_share;
+        let prompt = s * mean(self.short_prompt)
+            + (1.0 - s) * mean(self.long_prompt)
+            + self.shared_share * self.system_prompt_len as f64;
+        let output = s * mean(self.short_output) + (1.0 - s) * mean(self.long_output);
+        (prompt, output)
+    }
+}
 /// Bursty arrivals: rate × 1.6 for an on phase, × 0.4 for an off phase,
 /// each lasting 5 s on average (exponential).
 pub const BURST_HIGH: f64 = 1.6;
@@ -76,29 +124,22 @@ fn mean((lo, hi): (u32, u32)) -> f64 {
     (lo + hi) as f64 / 2.0
 }
 
-/// Mean prompt tokens (system prompt included) and mean output tokens.
-pub fn mean_tokens() -> (f64, f64) {
-    let prompt = SHORT_SHARE * mean(SHORT_PROMPT)
-        + (1.0 - SHORT_SHARE) * mean(LONG_PROMPT)
-        + SHARED_SHARE * SYSTEM_PROMPT_LEN as f64;
-    let output = SHORT_SHARE * mean(SHORT_OUTPUT) + (1.0 - SHORT_SHARE) * mean(LONG_OUTPUT);
-    (prompt, output)
-}
-
 /// The arrival process and the request mix.
 pub struct Workload {
     rate: f64,
     arrivals: Arrivals,
+    mix: Mix,
     high: bool,
     rng: SmallRng,
 }
 
 impl Workload {
     /// `rate` requests per second on average.
-    pub fn new(rate: f64, arrivals: Arrivals, seed: u64) -> Self {
+    pub fn new(rate: f64, arrivals: Arrivals, mix: Mix, seed: u64) -> Self {
         Workload {
             rate,
             arrivals,
+            mix,
             high: true,
             rng: SmallRng::seed_from_u64(seed),
         }
@@ -135,26 +176,25 @@ impl Workload {
 
     /// The next request, at `api`, arriving `now`.
     pub fn request(&mut self, api: u32, now: Micros) -> Request {
-        let rng = &mut self.rng;
-        let unique = if rng.random_bool(SHORT_SHARE) {
-            uniform(rng, SHORT_PROMPT)
+        let (rng, m) = (&mut self.rng, &self.mix);
+        let unique = if rng.random_bool(m.short_share) {
+            uniform(rng, m.short_prompt)
         } else {
-            uniform(rng, LONG_PROMPT)
+            uniform(rng, m.long_prompt)
         };
-        let output = if rng.random_bool(SHORT_SHARE) {
-            uniform(rng, SHORT_OUTPUT)
+        let output = if rng.random_bool(m.short_share) {
+            uniform(rng, m.short_output)
         } else {
-            uniform(rng, LONG_OUTPUT)
+            uniform(rng, m.long_output)
         };
-        let prefix = rng
-            .random_bool(SHARED_SHARE)
-            .then(|| rng.random_range(0..SYSTEM_PROMPTS));
+        let prefix = (m.system_prompts > 0 && rng.random_bool(m.shared_share))
+            .then(|| rng.random_range(0..m.system_prompts));
         Request {
             unique,
             output,
             prefix,
             prefix_len: if prefix.is_some() {
-                SYSTEM_PROMPT_LEN
+                m.system_prompt_len
             } else {
                 0
             },

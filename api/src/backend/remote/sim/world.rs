@@ -10,11 +10,12 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use super::events::{Clock, Event, MS, Micros, SECOND};
+use super::executor::free_blocks_wanted;
 use super::executor::{Executor, StepEnd};
 use super::stats::{Outcome, summarise};
 use super::workload::{Request, Workload};
-use super::{Policy, SHA, SimConfig, executor_capacity};
-use crate::backend::remote::capacity::{CapacityView, RoutingPolicy};
+use super::{Policy, SHA, SimConfig};
+use crate::backend::remote::capacity::{CapacityView, Demand, InFlight, RoutingPolicy};
 use crate::backend::remote::prefix::{PrefixIndex, block_hashes};
 
 /// How often an executor reports (`kafka.capacity_interval_ms`).
@@ -41,11 +42,16 @@ pub(super) struct World {
     routers: Vec<Router>,
     execs: Vec<Executor>,
     reqs: Vec<Request>,
+    /// Each request's count in its router's view, until it ends or is
+    /// refused.
+    held: Vec<Option<InFlight>>,
     workload: Workload,
     rng: SmallRng,
     base: Instant,
     omniscient: bool,
+    per_token_ms: f64,
     affinity: bool,
+    own_accounting: bool,
     apis: u32,
     /// Executors with a free slot and an empty queue.
     free_execs: usize,
@@ -74,19 +80,24 @@ impl World {
                 prefixes: PrefixIndex::new(c.prefix_capacity),
             })
             .collect();
-        let rate = c.load * c.executors as f64 * executor_capacity();
-        let execs: Vec<Executor> = (0..c.executors).map(Executor::new).collect();
+        let wanted = free_blocks_wanted(&c.mix);
+        let execs: Vec<Executor> = (0..c.executors)
+            .map(|i| Executor::new(i, c.cost, wanted))
+            .collect();
         World {
             clock: Clock::default(),
             routers,
             free_execs: execs.len(),
             execs,
             reqs: Vec::new(),
-            workload: Workload::new(rate, c.arrivals, c.seed),
+            held: Vec::new(),
+            workload: Workload::new(c.rate(), c.arrivals, c.mix, c.seed),
             rng: SmallRng::seed_from_u64(c.seed ^ 0x5eed),
             base: Instant::now(),
             omniscient,
+            per_token_ms: c.cost.per_token_ms,
             affinity: c.affinity,
+            own_accounting: c.own_accounting && !omniscient,
             apis: if omniscient { 1 } else { c.apis.max(1) },
             misrouted: 0,
             outstanding: 0,
@@ -139,9 +150,14 @@ impl World {
                 Event::Report { exec } => self.report(exec),
                 Event::Deliver { api, report } => {
                     let now = self.instant();
+                    let own = if self.own_accounting {
+                        report.held_for(api as i32)
+                    } else {
+                        None
+                    };
                     self.routers[api as usize]
                         .view
-                        .observe((*report).clone(), now);
+                        .observe_own((*report).clone(), own, now);
                 }
             }
         }
@@ -151,7 +167,7 @@ impl World {
             e.touch(now, from, to);
         }
         let areas: Vec<f64> = self.execs.iter().map(Executor::load_area).collect();
-        let mut out = summarise(&self.reqs, from, to, &areas);
+        let mut out = summarise(&self.reqs, from, to, &areas, self.per_token_ms);
         out.misrouted = self.misrouted;
         out.prefix_hits = self.execs.iter().map(|e| e.prefix_hits).sum();
         out.events = self.events;
@@ -166,6 +182,7 @@ impl World {
         let api = self.rng.random_range(0..self.apis);
         let req = self.reqs.len() as u32;
         self.reqs.push(self.workload.request(api, now));
+        self.held.push(None);
         self.outstanding += 1;
         self.offer(req);
         let gap = self.workload.gap();
@@ -178,7 +195,10 @@ impl World {
     fn offer(&mut self, req: u32) {
         let now = self.instant();
         let r = &self.reqs[req as usize];
-        let demand = (r.prompt_len() + r.output) as usize;
+        let demand = Demand {
+            prompt: r.prompt_len() as usize,
+            tokens: (r.prompt_len() + r.output) as usize,
+        };
         let router = &mut self.routers[r.api as usize];
         let choice = if r.tried.is_empty() {
             let hashes = block_hashes(&r.tokens(req));
@@ -207,6 +227,7 @@ impl World {
             return;
         };
         let exec = c.slot as u32;
+        self.held[req as usize] = Some(c.held);
         self.reqs[req as usize].tried.push(exec);
         if self.omniscient {
             self.job_arrives(exec, req);
@@ -217,6 +238,7 @@ impl World {
     }
 
     fn refused(&mut self, req: u32) {
+        self.held[req as usize] = None;
         if self.reqs[req as usize].tried.len() < MAX_ATTEMPTS {
             self.offer(req);
         } else {
@@ -293,6 +315,7 @@ impl World {
         }
         for r in finished {
             self.reqs[r as usize].finished = Some(now);
+            self.held[r as usize] = None;
             self.outstanding -= 1;
         }
         self.kick(exec);
