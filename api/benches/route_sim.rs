@@ -4,7 +4,8 @@
 //! the scale issue sets targets for (load max/mean <= 1.25, TTFT p99 within
 //! 1.5x of omniscient), measured over 120 s. `STOKER_SIM_QUICK=1` runs a
 //! small smoke sweep; `STOKER_SIM_TARGET_ONLY=1` stops after the target
-//! line.
+//! line; `STOKER_SIM_ROWS=power_of_two,max_headroom` runs only the rows
+//! named (and the omniscient baselines).
 
 use std::time::Instant;
 
@@ -12,17 +13,18 @@ use stoker_api::backend::remote::capacity::RoutingPolicy;
 use stoker_api::backend::remote::sim::{self, Arrivals, Outcome, Policy, SimConfig};
 
 /// A row: its label, the policy, whether routers prefer the executor
-/// caching the prefix.
-type Variant = (&'static str, Policy, bool);
+/// caching the prefix, whether they read their own requests out of the
+/// reports (`SimConfig::own_accounting`).
+type Variant = (&'static str, Policy, bool, bool);
 
 const MAX_HEADROOM: Policy = Policy::Routed(RoutingPolicy::MaxHeadroom);
 const TWO: Policy = Policy::Routed(RoutingPolicy::PowerOfChoices { d: 2 });
 
 /// The sweep's rows; the omniscient router last, the baseline of the ratio.
 const SWEEP: [Variant; 3] = [
-    ("max_headroom", MAX_HEADROOM, true),
-    ("power_of_two", TWO, true),
-    ("omniscient", Policy::Omniscient, true),
+    ("max_headroom", MAX_HEADROOM, true, true),
+    ("power_of_two", TWO, true, true),
+    ("omniscient", Policy::Omniscient, true, true),
 ];
 
 /// The target line's rows: the sweep's, and without prefix affinity.
@@ -31,15 +33,16 @@ const FOUR: Policy = Policy::Routed(RoutingPolicy::PowerOfChoices { d: 4 });
 /// API instances and executors of the target line.
 const TARGET: (u32, u32) = (50, 500);
 
-const TARGET_ROWS: [Variant; 8] = [
-    ("max_headroom, no affinity", MAX_HEADROOM, false),
-    ("power_of_two, no affinity", TWO, false),
-    ("omniscient, no affinity", Policy::Omniscient, false),
-    ("max_headroom", MAX_HEADROOM, true),
-    ("power_of_two", TWO, true),
-    ("power_of_three", THREE, true),
-    ("power_of_four", FOUR, true),
-    ("omniscient", Policy::Omniscient, true),
+const TARGET_ROWS: [Variant; 9] = [
+    ("max_headroom, no affinity", MAX_HEADROOM, false, true),
+    ("power_of_two, no affinity", TWO, false, true),
+    ("omniscient, no affinity", Policy::Omniscient, false, true),
+    ("max_headroom", MAX_HEADROOM, true, true),
+    ("power_of_two (sends since report)", TWO, true, false),
+    ("power_of_two", TWO, true, true),
+    ("power_of_three", THREE, true, true),
+    ("power_of_four", FOUR, true, true),
+    ("omniscient", Policy::Omniscient, true, true),
 ];
 
 /// The target line's measured window, seconds: long enough that a time
@@ -51,10 +54,11 @@ const TARGET_MEASURE_S: f64 = 120.0;
 fn config(apis: u32, executors: u32, v: &Variant, arrivals: Arrivals, quick: bool) -> SimConfig {
     let mut c = SimConfig::new(apis, executors, v.1);
     c.affinity = v.2;
+    c.own_accounting = v.3;
     c.arrivals = arrivals;
     // Enough measured requests for a p99 at few executors, a bounded run
     // at many.
-    let rate = c.load * executors as f64 * sim::executor_capacity();
+    let rate = c.rate();
     let (warm, least, most) = if quick {
         (5.0, 10.0, 60.0)
     } else {
@@ -94,7 +98,13 @@ fn compare(
     quick: bool,
 ) -> Vec<(&'static str, Outcome)> {
     let mut outs = Vec::new();
-    for v in variants {
+    // `STOKER_SIM_ROWS=a,b`: only these rows (and the omniscient baseline).
+    let only = std::env::var("STOKER_SIM_ROWS").ok();
+    let wanted = |label: &str| {
+        only.as_deref()
+            .is_none_or(|o| label.starts_with("omniscient") || o.split(',').any(|r| r == label))
+    };
+    for v in variants.iter().filter(|v| wanted(v.0)) {
         let t = Instant::now();
         let o = sim::run(&config(apis, executors, v, arrivals, quick));
         outs.push((v.0, o, t.elapsed().as_secs_f64()));
@@ -111,7 +121,7 @@ fn main() {
     let started = Instant::now();
     println!(
         "executor capacity {:.3} req/s (cost model prior), offered load 80%",
-        sim::executor_capacity()
+        SimConfig::new(1, 1, Policy::Omniscient).executor_capacity()
     );
     let (apis, execs): (&[u32], &[u32]) = if quick {
         (&[1, 16], &[2, 16])
