@@ -124,10 +124,10 @@ impl Entry {
 
 /// What one request held by an executor weighs in [`Entry::work`], in
 /// prompt tokens: a step's token budget (`engine.max_batched_tokens`'s
-/// default). In the simulator at 50 API instances and 500 executors, a
-/// request weighed 256, 512, 1,024 and 2,048 tokens gave load max/mean 1.26,
-/// 1.25, 1.28 and 1.23 and TTFT p99 1.38x, 1.44x, 1.53x and 1.58x the
-/// omniscient router's; by request count alone, 1.21 and 1.56x.
+/// default), chosen in a one-off simulator experiment at 50 API instances
+/// and 500 executors over 256 to 2,048 tokens, where it kept both load
+/// max/mean and TTFT p99 near the scale issue's targets (`route_sim`
+/// measures it, BENCHMARKS.md "Routing at scale").
 pub const REQUEST_WORK_TOKENS: i64 = 512;
 
 /// What a request asks of an executor.
