@@ -152,16 +152,14 @@ async fn first_start_records_the_default_deployment_revision_and_executor() {
         adm["profile"].is_null() && adm["max_outstanding"].as_u64().unwrap() > 0,
         "{adm}"
     );
-    // The step planner's targets in force, and a cost model fitted on the
-    // warm-up steps the server ran before it turned ready.
+    // The step planner's targets in force, and the step-cost model's prior:
+    // the warm-up's cold steps are forgotten before the server turns ready
+    // (fitted on them, the model priced a prompt token at tens of ms).
     let p = &adm["planner"];
     assert_eq!(p["interactive_itl_mode"], "relative", "{adm}");
     assert_eq!(p["interactive_itl_factor"], 2.0, "{adm}");
     assert_eq!(p["batch_step_target_ms"], 60.0, "{adm}");
-    assert!(
-        p["step_cost"]["observations"].as_u64().unwrap() > 0,
-        "{adm}"
-    );
+    assert_eq!(p["step_cost"]["observations"], 0, "{adm}");
     assert!(
         p["step_cost"]["per_token_ms"].as_f64().unwrap() > 0.0,
         "{adm}"

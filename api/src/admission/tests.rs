@@ -293,6 +293,31 @@ mod objective {
         assert_eq!(a.snapshot().running, 0);
     }
 
+    /// A freshly loaded engine has measured nothing: the step-cost model's
+    /// prior prices the prompts ahead, and a burst of eight short chats on a
+    /// 5 s objective is admitted (a model fitted on the warm-up's cold
+    /// one-token steps priced a prompt token at 25 ms and refused the fifth).
+    #[test]
+    fn a_fresh_engine_admits_a_burst_of_short_chats() {
+        let a = adm(16, Some(5000));
+        let mut s = stats();
+        s.prefill_tokens_per_second_ewma = 0.0;
+        s.planner.cost = stoker_executor::scheduler::CostModel::default().snapshot();
+        let burst: Vec<Ticket> = (0..8)
+            .map(|i| {
+                a.admit(demand(40, 1), &s)
+                    .unwrap_or_else(|e| panic!("chat {i}: {e}"))
+            })
+            .collect();
+        assert_eq!(a.report(&s).prefill_rate_source, "none");
+        assert_eq!(burst.len(), 8);
+        // The same burst behind a cost model that says 25 ms a token is
+        // refused: the objective still bites on what the engine reports.
+        s.planner.cost.per_token_ms = 25.0;
+        let e = a.admit(demand(40, 1), &s).unwrap_err();
+        assert_eq!(e.code(), ErrorCode::ServerOverloaded);
+    }
+
     #[test]
     fn off_it_queues_as_the_bounds_allow() {
         let a = adm(1, None);

@@ -83,11 +83,20 @@ pub(super) struct EngineCore {
 }
 
 /// The token rates behind the stats' `*_tokens_per_second_ewma` figures.
-#[derive(Default)]
 struct Rates {
     all: Rate,
     prefill: Rate,
     decode: Rate,
+}
+
+impl Default for Rates {
+    fn default() -> Self {
+        Rates {
+            all: Rate::default(),
+            prefill: Rate::published_from(super::rate::MIN_PREFILL_TOKENS),
+            decode: Rate::default(),
+        }
+    }
 }
 
 const EWMA: f64 = 0.1;
@@ -255,11 +264,16 @@ impl EngineCore {
             Command::ForgetSpeed(done) => {
                 // The warm-up's steps paid for first touches of the weights
                 // and the KV pool, and its one-token prompt is all fixed
-                // cost: as rates they say nothing of how fast requests will
-                // be served. The step-cost model keeps them: it separates
-                // fixed from per-token cost, and its later fits outweigh two
-                // steps.
+                // cost: they say nothing of how fast requests will be
+                // served. The step-cost model forgets them too: one-token
+                // steps cannot tell fixed from per-token cost, so the fit
+                // spread a cold step's time over every coefficient and read
+                // a prompt token at 25 ms (admission then refused the first
+                // burst of short chats on a fresh revision as seconds of
+                // prefill). Its prior stands until real steps are measured.
                 self.rates = Rates::default();
+                self.sched.forget_step_costs();
+                self.stats.planner = self.sched.planner();
                 self.stats.step_time_ewma = Duration::ZERO;
                 self.stats.tokens_per_second_ewma = 0.0;
                 self.stats.prefill_tokens_per_second_ewma = 0.0;

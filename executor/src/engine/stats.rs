@@ -35,6 +35,7 @@ pub struct EngineStats {
     /// recent steps (weighted by their tokens, see `engine::rate`).
     pub step_time_ewma: Duration,
     pub tokens_per_second_ewma: f64,
+    /// 0 until the prompt tokens measured reach `rate::MIN_PREFILL_TOKENS`.
     pub prefill_tokens_per_second_ewma: f64,
     pub decode_tokens_per_second_ewma: f64,
     /// What the step planner decided, step by step.

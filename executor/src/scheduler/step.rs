@@ -82,7 +82,7 @@ use crate::ids::{BLOCK_SIZE, Lane, SeqId};
 use crate::kv::blocks_for;
 use crate::kv::hash::extend_chain;
 
-use super::cost::StepFeatures;
+use super::cost::{CostModel, StepFeatures};
 use super::fair::Admit;
 use super::plan::{AbortReason, ScheduledChunk, StepPlan};
 use super::sequence::SeqStatus;
@@ -257,6 +257,12 @@ impl Scheduler {
     /// Learns from a step the engine ran: `plan` took `ms` milliseconds.
     pub fn observe_step(&mut self, plan: &StepPlan, ms: f64) {
         self.cost.observe(&features_of(&plan.chunks), ms);
+    }
+
+    /// Forgets what the step-cost model learned, back to its prior: for steps
+    /// that say nothing of serving (the warm-up's cold first touches).
+    pub fn forget_step_costs(&mut self) {
+        self.cost = CostModel::default();
     }
 
     /// The most tokens, up to `want`, of a chunk from `start` (of a sequence
