@@ -99,7 +99,7 @@ for i in (0, 1):
             term = l.split('term="', 1)[1].split('"', 1)[0]
             terms.setdefault(term, []).append(float(l.rsplit(" ", 1)[1]))
 mean = lambda t: sum(terms[t]) / len(terms[t])
-print(f"{mean('fixed'):.4f},{mean('per_token'):.4f},{mean('per_sampled_row'):.4f}")
+print(",".join(f"{mean(t):.4f}" for t in ("fixed", "per_token", "per_sampled_row", "per_1k_attention_pairs")))
 PY
 )"
 STOKER_SIM_RATE="$RATE" STOKER_SIM_INPUT="$INPUT" STOKER_SIM_OUTPUT="$OUTPUT" STOKER_SIM_COST="$COST" \
@@ -114,7 +114,7 @@ sim = json.load(open(f"{out}/sim.json"))
 rs = [a0 - b0, a1 - b1]
 share = lambda v: 100.0 * max(v) / max(sum(v), 1)
 print(f"1 API instance, 2 executors, Poisson {rate} req/s, {inp} tokens in / {outp} out;")
-print(f"step cost fitted by the executors (fixed, per token, per sampled row, ms): {cost}")
+print(f"step cost fitted by the executors (fixed, per token, per sampled row, per 1k attention pairs; ms): {cost}")
 print(f"{'':>10} {'TTFT p50':>10} {'TTFT p99':>10} {'busier executor':>16}")
 print(f"{'real':>10} {real['ttft_ms']['p50']:>8.1f}ms {real['ttft_ms']['p99']:>8.1f}ms {share(rs):>15.1f}%  ({rs[0]:.0f} / {rs[1]:.0f} requests)")
 print(f"{'simulated':>10} {sim['ttft_p50_ms']:>8.1f}ms {sim['ttft_p99_ms']:>8.1f}ms {share(sim['served']):>15.1f}%  ({sim['served'][0]} / {sim['served'][1]} requests)")

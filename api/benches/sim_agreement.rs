@@ -7,8 +7,8 @@
 //! executor ran.
 //!
 //! `STOKER_SIM_RATE` (requests/s), `STOKER_SIM_INPUT` and
-//! `STOKER_SIM_OUTPUT` (tokens), `STOKER_SIM_COST` (`fixed,per_token,per_row`
-//! in ms), and optionally `STOKER_SIM_APIS` (1), `STOKER_SIM_EXECUTORS` (2),
+//! `STOKER_SIM_OUTPUT` (tokens), `STOKER_SIM_COST`
+//! (`fixed,per_token,per_row,per_1k_pairs` in ms), and optionally `STOKER_SIM_APIS` (1), `STOKER_SIM_EXECUTORS` (2),
 //! `STOKER_SIM_SECONDS` (measured, 300), `STOKER_SIM_SEED` (1).
 
 use stoker_api::backend::remote::capacity::RoutingPolicy;
@@ -34,11 +34,11 @@ fn main() {
         .split(',')
         .map(|t| {
             t.parse()
-                .expect("STOKER_SIM_COST is fixed,per_token,per_row in ms")
+                .expect("STOKER_SIM_COST is fixed,per_token,per_row,per_1k_pairs in ms")
         })
         .collect();
-    let [fixed_ms, per_token_ms, per_row_ms] = terms[..] else {
-        panic!("STOKER_SIM_COST is fixed,per_token,per_row in ms")
+    let [fixed_ms, per_token_ms, per_row_ms, per_1k_pairs_ms] = terms[..] else {
+        panic!("STOKER_SIM_COST is fixed,per_token,per_row,per_1k_pairs in ms")
     };
     let mut c = SimConfig::new(apis, executors, Policy::Routed(RoutingPolicy::default()));
     c.mix = Mix::fixed(input, output);
@@ -46,6 +46,7 @@ fn main() {
         fixed_ms,
         per_token_ms,
         per_row_ms,
+        per_1k_pairs_ms,
     };
     c.load = rate / (executors as f64 * c.executor_capacity());
     c.warmup_s = 10.0;

@@ -1,44 +1,85 @@
 //! One executor as the simulator models it: continuous batching with
 //! `max_num_seqs` sequence slots, a KV cache of fixed blocks, chunked prefill
-//! up to a step's token budget, one decode token per running sequence a
-//! step, and a prefix cache of whole system prompts. A step's time comes
-//! from the engine's step-cost model (its prior, without the attention term).
+//! up to a step's token budget and, beside decoders, to the step planner's
+//! time target, one decode token per running sequence a step, and a prefix
+//! cache of whole system prompts. A step's time comes from the engine's
+//! step-cost model (its prior, or the terms an executor fitted; without the
+//! attention term).
 
 use std::collections::VecDeque;
 
 use stoker_executor::BLOCK_SIZE;
+use stoker_executor::scheduler::PlannerConfig;
 use stoker_schemas::transport::{CapacityReport, PartitionLoad, TRANSPORT_VERSION};
 
 use super::events::{MS, Micros};
 use super::workload::{Mix, Request};
 
-/// A step's cost in ms: fixed, per token computed, per row sampled.
+/// A step's cost in ms: fixed, per token computed, per row sampled, per
+/// thousand query-key pairs attention visits (the engine's four terms).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Cost {
     pub fixed_ms: f64,
     pub per_token_ms: f64,
     pub per_row_ms: f64,
+    pub per_1k_pairs_ms: f64,
 }
 
 impl Default for Cost {
     /// The step-cost prior of `executor/src/scheduler/cost.rs`
     /// (SmolLM2-135M on two CPU cores): 5 ms + 1.5 ms a token + 0.3 ms a
-    /// sampled row.
+    /// sampled row + 0.4 ms a thousand attention pairs.
     fn default() -> Self {
         Cost {
             fixed_ms: 5.0,
             per_token_ms: 1.5,
             per_row_ms: 0.3,
+            per_1k_pairs_ms: 0.4,
+        }
+    }
+}
+
+/// What a step computes: tokens, sampled rows, attention pairs.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Work {
+    pub tokens: u32,
+    pub sampled: u32,
+    pub pairs: f64,
+}
+
+impl Work {
+    /// A chunk of `len` tokens from position `start`, as the engine counts
+    /// its attention (`StepFeatures::chunk`).
+    pub fn chunk(start: u32, len: u32, sample: bool) -> Self {
+        let (s, l) = (start as f64, len as f64);
+        Work {
+            tokens: len,
+            sampled: u32::from(sample),
+            pairs: l * s + l * (l + 1.0) / 2.0,
+        }
+    }
+
+    fn plus(self, o: Work) -> Work {
+        Work {
+            tokens: self.tokens + o.tokens,
+            sampled: self.sampled + o.sampled,
+            pairs: self.pairs + o.pairs,
         }
     }
 }
 
 impl Cost {
-    /// A step's duration for `tokens` computed and `sampled` rows.
-    pub fn step_time(&self, tokens: u32, sampled: u32) -> Micros {
-        let ms =
-            self.fixed_ms + self.per_token_ms * tokens as f64 + self.per_row_ms * sampled as f64;
-        (ms * MS as f64) as Micros
+    /// A step's duration in ms.
+    pub fn ms(&self, w: Work) -> f64 {
+        self.fixed_ms
+            + self.per_token_ms * w.tokens as f64
+            + self.per_row_ms * w.sampled as f64
+            + self.per_1k_pairs_ms * w.pairs / 1000.0
+    }
+
+    /// A step's duration.
+    pub fn step_time(&self, w: Work) -> Micros {
+        (self.ms(w) * MS as f64) as Micros
     }
 }
 /// `engine.max_num_seqs` and `engine.max_batched_tokens` defaults.
@@ -236,7 +277,11 @@ impl Executor {
 
     /// Starts a step if there is work and none is under way; returns its
     /// duration. Decodes go first, then prefill chunks in admission order up
-    /// to the token budget.
+    /// to the token budget, sized as the engine's step planner sizes them
+    /// (its defaults, `PlannerConfig::default()`): with decoders in the step,
+    /// chunks fit within `interactive_itl_factor` times the decoders' own
+    /// cost, and the first gets at least `min_prefill_chunk` tokens past it;
+    /// a step without decoders prefills up to the budget.
     pub fn start_step(&mut self, reqs: &[Request]) -> Option<Micros> {
         if self.busy {
             return None;
@@ -245,29 +290,54 @@ impl Executor {
         if self.running.is_empty() {
             return None;
         }
-        let mut tokens = 0;
-        let mut sampled = 0;
+        let mut work = Work::default();
         for s in self.running.iter_mut() {
             s.decoding = s.prefilled == s.prompt;
             s.chunk = 0;
             if s.decoding {
-                tokens += 1;
-                sampled += 1;
+                // The newest token, at position prompt + generated - 1.
+                work = work.plus(Work::chunk(s.prompt + s.generated - 1, 1, true));
             }
         }
+        let planner = PlannerConfig::default();
+        let limit_ms = (work.tokens > 0 && planner.interactive_itl_factor > 0.0)
+            .then(|| planner.interactive_itl_factor * self.cost.ms(work));
+        let mut floor = planner.min_prefill_chunk.max(1) as u32;
         for s in self.running.iter_mut().filter(|s| !s.decoding) {
-            let chunk = (s.prompt - s.prefilled).min(MAX_STEP_TOKENS.saturating_sub(tokens));
-            if chunk == 0 {
+            let want = (s.prompt - s.prefilled).min(MAX_STEP_TOKENS.saturating_sub(work.tokens));
+            if want == 0 {
                 break;
             }
-            s.chunk = chunk;
-            tokens += chunk;
-            if s.prefilled + chunk == s.prompt {
-                sampled += 1;
+            let chunk_work =
+                |len: u32| Work::chunk(s.prefilled, len, s.prefilled + len == s.prompt);
+            let chunk = match limit_ms {
+                None => want,
+                Some(limit) => {
+                    let fits = |len: u32| self.cost.ms(work.plus(chunk_work(len))) <= limit;
+                    // The largest chunk within the target (cost grows with
+                    // the chunk), then the first chunk's floor.
+                    let (mut lo, mut hi) = (0, want);
+                    while lo < hi {
+                        let mid = lo + (hi - lo).div_ceil(2);
+                        if fits(mid) {
+                            lo = mid;
+                        } else {
+                            hi = mid - 1;
+                        }
+                    }
+                    let chunk = lo.max(want.min(floor));
+                    floor = 0;
+                    chunk
+                }
+            };
+            if chunk == 0 {
+                continue;
             }
+            s.chunk = chunk;
+            work = work.plus(chunk_work(chunk));
         }
         self.busy = true;
-        Some(self.cost.step_time(tokens, sampled))
+        Some(self.cost.step_time(work))
     }
 
     /// Ends the step under way: tokens delivered, sequences finished and
@@ -340,5 +410,81 @@ impl Executor {
             ),
             prefill_backlog_tokens: Some(self.backlog as u64),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(unique: u32, output: u32) -> Request {
+        Request {
+            unique,
+            output,
+            prefix: None,
+            prefix_len: 0,
+            api: 0,
+            arrived: 0,
+            first_token: None,
+            finished: None,
+            tried: Vec::new(),
+            refused: false,
+        }
+    }
+
+    /// Runs steps until request `req` has its first token; returns the
+    /// steps it took.
+    fn steps_to_first_token(e: &mut Executor, reqs: &[Request], req: u32) -> usize {
+        for n in 1..=100 {
+            e.start_step(reqs).expect("work to run");
+            if e.end_step().first_tokens.contains(&req) {
+                return n;
+            }
+        }
+        panic!("no first token for {req}");
+    }
+
+    #[test]
+    fn a_lone_prompt_prefills_in_one_step_and_one_beside_decoders_in_planner_chunks() {
+        // 10 ms fixed, 4 ms a token, 1 ms a row (of the order two
+        // executors on two cores fit), no attention term: four decoders cost
+        // 10 + 4 × 5 = 30 ms, so the target is 60 ms and a 128-token prompt
+        // beside them gets the 32-token floor a step.
+        let cost = Cost {
+            fixed_ms: 10.0,
+            per_token_ms: 4.0,
+            per_row_ms: 1.0,
+            per_1k_pairs_ms: 0.0,
+        };
+        let reqs: Vec<Request> = (0..5).map(|_| request(128, 64)).collect();
+        let mut e = Executor::new(0, cost, 1);
+        e.enqueue(0, &reqs[0]);
+        assert_eq!(steps_to_first_token(&mut e, &reqs, 0), 1);
+        let mut e = Executor::new(0, cost, 1);
+        for i in 0..4 {
+            e.enqueue(i, &reqs[i as usize]);
+        }
+        // Nothing decodes yet: the four prompts share the 512-token budget.
+        assert_eq!(steps_to_first_token(&mut e, &reqs, 3), 1);
+        e.enqueue(4, &reqs[4]);
+        assert_eq!(steps_to_first_token(&mut e, &reqs, 4), 4);
+    }
+
+    #[test]
+    fn attention_is_counted_as_the_engine_counts_it() {
+        let cost = Cost {
+            fixed_ms: 0.0,
+            per_token_ms: 0.0,
+            per_row_ms: 0.0,
+            per_1k_pairs_ms: 1.0,
+        };
+        // A lone 100-token prompt: 100 × 101 / 2 pairs.
+        let reqs = vec![request(100, 3)];
+        let mut e = Executor::new(0, cost, 1);
+        e.enqueue(0, &reqs[0]);
+        assert_eq!(e.start_step(&reqs), Some((5.05 * MS as f64) as Micros));
+        e.end_step();
+        // Its first decode: the token at position 100 sees 101.
+        assert_eq!(e.start_step(&reqs), Some((0.101 * MS as f64) as Micros));
     }
 }

@@ -37,6 +37,7 @@ impl Policy {
         match self {
             Policy::Routed(RoutingPolicy::MaxHeadroom) => "max_headroom",
             Policy::Routed(RoutingPolicy::PowerOfChoices { d: 2 }) => "power_of_two",
+            Policy::Routed(RoutingPolicy::PowerOfChoices { d: 3 }) => "power_of_three",
             Policy::Routed(RoutingPolicy::PowerOfChoices { .. }) => "power_of_d",
             Policy::Omniscient => "omniscient",
         }
@@ -95,13 +96,15 @@ impl SimConfig {
 impl SimConfig {
     /// Requests per second one executor completes with every step full: the
     /// mean request's tokens at the cost model's per-token and per-row
-    /// rates, plus the fixed cost of a full step spread over its tokens.
+    /// rates and its attention pairs at the per-pair rate, plus the fixed
+    /// cost of a full step spread over its tokens.
     pub fn executor_capacity(&self) -> f64 {
         let (prompt, output) = self.mix.mean_tokens();
         let c = &self.cost;
         let tokens = prompt + output;
         let ms = tokens * (c.per_token_ms + c.fixed_ms / executor::MAX_STEP_TOKENS as f64)
-            + output * c.per_row_ms;
+            + output * c.per_row_ms
+            + c.per_1k_pairs_ms * self.mix.mean_attention_pairs() / 1000.0;
         1000.0 / ms
     }
 

@@ -52,8 +52,9 @@ fn a_fixed_mix_is_the_lengths_it_names_and_sets_the_capacity() {
     let mut c = SimConfig::new(1, 2, Policy::Omniscient);
     c.mix = Mix::fixed(128, 32);
     assert_eq!(c.mix.mean_tokens(), (128.0, 32.0));
-    // 160 tokens at 1.5 ms plus 5 ms per 512, and 32 sampled rows at 0.3.
-    let ms = 160.0 * (1.5 + 5.0 / 512.0) + 32.0 * 0.3;
+    // 160 tokens at 1.5 ms plus 5 ms per 512, 32 sampled rows at 0.3, and
+    // 128²/2 + 32 × 128 + 32²/2 attention pairs at 0.4 ms a thousand.
+    let ms = 160.0 * (1.5 + 5.0 / 512.0) + 32.0 * 0.3 + 0.4 * 12.8;
     assert!((c.executor_capacity() - 1000.0 / ms).abs() < 1e-9);
     c.load = 0.5;
     assert!((c.rate() - 2.0 * 0.5 * 1000.0 / ms).abs() < 1e-9);

@@ -66,6 +66,19 @@ impl Mix {
         let output = s * mean(self.short_output) + (1.0 - s) * mean(self.long_output);
         (prompt, output)
     }
+
+    /// Mean attention pairs a request costs, prefill and decode, taking
+    /// each class at its mean lengths: `P²/2 + O·P + O²/2`.
+    pub fn mean_attention_pairs(&self) -> f64 {
+        let system = self.shared_share * self.system_prompt_len as f64;
+        let pairs = |prompt: (u32, u32), output: (u32, u32)| {
+            let (p, o) = (mean(prompt) + system, mean(output));
+            p * p / 2.0 + o * p + o * o / 2.0
+        };
+        let s = self.short_share;
+        s * pairs(self.short_prompt, self.short_output)
+            + (1.0 - s) * pairs(self.long_prompt, self.long_output)
+    }
 }
 /// Bursty arrivals: rate × 1.6 for an on phase, × 0.4 for an off phase,
 /// each lasting 5 s on average (exponential).
