@@ -4,8 +4,8 @@
 //! the scale issue sets targets for (load max/mean <= 1.25, TTFT p99 within
 //! 1.5x of omniscient), measured over 120 s. `STOKER_SIM_QUICK=1` runs a
 //! small smoke sweep; `STOKER_SIM_TARGET_ONLY=1` stops after the target
-//! line; `STOKER_SIM_ROWS=power_of_two,max_headroom` runs only the rows
-//! named (and the omniscient baselines).
+//! line, `STOKER_SIM_SWEEP_ONLY=1` skips it; `STOKER_SIM_ROWS=power_of_two,max_headroom`
+//! runs only the rows named (and the omniscient baselines).
 
 use std::time::Instant;
 
@@ -20,15 +20,17 @@ type Variant = (&'static str, Policy, bool, bool);
 const MAX_HEADROOM: Policy = Policy::Routed(RoutingPolicy::MaxHeadroom);
 const TWO: Policy = Policy::Routed(RoutingPolicy::PowerOfChoices { d: 2 });
 
+const THREE: Policy = Policy::Routed(RoutingPolicy::PowerOfChoices { d: 3 });
+
 /// The sweep's rows; the omniscient router last, the baseline of the ratio.
-const SWEEP: [Variant; 3] = [
+const SWEEP: [Variant; 4] = [
     ("max_headroom", MAX_HEADROOM, true, true),
     ("power_of_two", TWO, true, true),
+    ("power_of_three", THREE, true, true),
     ("omniscient", Policy::Omniscient, true, true),
 ];
 
 /// The target line's rows: the sweep's, and without prefix affinity.
-const THREE: Policy = Policy::Routed(RoutingPolicy::PowerOfChoices { d: 3 });
 const FOUR: Policy = Policy::Routed(RoutingPolicy::PowerOfChoices { d: 4 });
 /// API instances and executors of the target line.
 const TARGET: (u32, u32) = (50, 500);
@@ -129,7 +131,11 @@ fn main() {
         (&[1, 4, 16, 50, 64], &[2, 16, 100, 500, 1000])
     };
     let (ta, te) = if quick { (16, 16) } else { TARGET };
+    let sweep_only = std::env::var("STOKER_SIM_SWEEP_ONLY").is_ok_and(|v| v == "1");
     for arrivals in [Arrivals::Poisson, Arrivals::Bursty] {
+        if sweep_only {
+            break;
+        }
         println!("\n## target: {ta} APIs x {te} executors, {arrivals:?} arrivals\n\n{HEADER}");
         let outs = compare(ta, te, arrivals, &TARGET_ROWS, quick);
         let base = &outs.last().expect("omniscient ran").1;

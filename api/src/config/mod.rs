@@ -73,10 +73,11 @@ pub struct KafkaConfig {
     /// How often an executor publishes its capacity.
     pub capacity_interval_ms: u64,
     /// How an API instance picks the executor for a request:
-    /// `power_of_two` (default), the better of two executors drawn at
-    /// random, or `max_headroom`, the best of all; with many API instances
-    /// the latter herds them onto the same executor between capacity reports
-    /// (`cargo bench -p stoker-api --bench route_sim`).
+    /// `power_of_three` (default) or `power_of_two`, the best of three or
+    /// two executors drawn at random, or `max_headroom`, the best of all;
+    /// with many API instances the latter herds them onto the same executor
+    /// between capacity reports (`cargo bench -p stoker-api --bench
+    /// route_sim`).
     pub routing: Routing,
     /// An executor silent this long is treated as lost: no new requests go
     /// to it, and the streams it served end with `executor_lost`.
@@ -119,8 +120,10 @@ impl Default for KafkaConfig {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Routing {
-    /// The better of two executors drawn at random.
+    /// The best of three executors drawn at random.
     #[default]
+    PowerOfThree,
+    /// The better of two executors drawn at random.
     PowerOfTwo,
     /// The executor with the most headroom of all.
     MaxHeadroom,

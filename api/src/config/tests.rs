@@ -106,7 +106,10 @@ fn unknown_and_malformed_keys_are_errors() {
     unsafe { std::env::remove_var(format!("STOKERTEST{}_KAFKA__LAYOUT", std::process::id())) };
     assert_eq!(c.unwrap().kafka.layout, TransportLayout::Shared, "env");
     assert_eq!(Config::default().kafka.layout, TransportLayout::Pairwise);
-    assert_eq!(Config::default().kafka.routing, Routing::PowerOfTwo);
+    assert_eq!(Config::default().kafka.routing, Routing::PowerOfThree);
+    std::fs::write(&f, "[kafka]\nrouting = \"power_of_two\"\n").unwrap();
+    let c = Config::load_from(Some(&f), env_of(&[]), &Overrides::default()).unwrap();
+    assert_eq!(c.kafka.routing, Routing::PowerOfTwo);
     std::fs::write(&f, "[kafka]\nrouting = \"max_headroom\"\n").unwrap();
     let c = Config::load_from(Some(&f), env_of(&[]), &Overrides::default()).unwrap();
     assert_eq!(c.kafka.routing, Routing::MaxHeadroom);

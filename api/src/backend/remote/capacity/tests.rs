@@ -86,6 +86,14 @@ fn the_configured_default_is_the_views_default() {
         RoutingPolicy::from(Routing::MaxHeadroom),
         RoutingPolicy::MaxHeadroom
     );
+    assert_eq!(
+        RoutingPolicy::from(Routing::PowerOfTwo),
+        RoutingPolicy::PowerOfChoices { d: 2 }
+    );
+    assert_eq!(
+        RoutingPolicy::default(),
+        RoutingPolicy::PowerOfChoices { d: 3 }
+    );
 }
 
 #[test]
