@@ -3,8 +3,8 @@
 //! up to a step's token budget and, beside decoders, to the step planner's
 //! time target, one decode token per running sequence a step, and a prefix
 //! cache of whole system prompts. A step's time comes from the engine's
-//! step-cost model (its prior, or the terms an executor fitted; without the
-//! attention term).
+//! step-cost model, all four terms (its prior, or the terms an executor
+//! fitted).
 
 use std::collections::VecDeque;
 
