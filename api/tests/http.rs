@@ -971,6 +971,13 @@ fn metrics_parse_as_prometheus_text() {
                     panic!("{step_metric} is a histogram: {s:?}");
                 };
                 assert!(h.last().unwrap().count >= 1.0, "{step_metric}: {h:?}");
+                // Buckets are cumulative once: +Inf holds the count.
+                assert_eq!(
+                    h.last().unwrap().count,
+                    get(&format!("{step_metric}_count"), "lane", "interactive"),
+                    "{step_metric}: {h:?}"
+                );
+                assert!(h.windows(2).all(|w| w[0].count <= w[1].count), "{h:?}");
             }
         }
     }

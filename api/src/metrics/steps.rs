@@ -60,7 +60,7 @@ fn encode_histograms(
         m.encode_family(labels)?.encode_histogram::<NoLabelSet>(
             h.sum,
             h.count,
-            &h.cumulative(),
+            &h.per_bucket(),
             None,
         )?;
     }
@@ -148,5 +148,75 @@ impl Collector for StepCollector {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use prometheus_client::registry::Registry;
+    use stoker_executor::scheduler::PerLane;
+
+    use super::*;
+
+    /// The text a scrape reads: every `+Inf` bucket holds the histogram's
+    /// count, and no bucket holds more than the one above it.
+    #[test]
+    fn step_histograms_encode_as_prometheus_reads_them() {
+        let mut steps = StepHistograms::default();
+        for (secs, rows) in [(0.004, 1), (0.012, 2), (0.012, 2), (0.6, 8), (9.0, 40)] {
+            steps.record(
+                secs,
+                PerLane {
+                    interactive: 0,
+                    batch: 0,
+                },
+                PerLane {
+                    interactive: rows,
+                    batch: 0,
+                },
+            );
+        }
+        let mut registry = Registry::with_prefix("stoker");
+        registry.register_collector(Box::new(StepCollector {
+            model: ModelLabels {
+                model: "m".into(),
+                revision: "r".into(),
+            },
+            latest: Arc::new(Mutex::new(StepFigures {
+                steps: Some(steps),
+                planner: None,
+            })),
+        }));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let value = |line: &str| line.rsplit_once(' ').unwrap().1.parse::<f64>().unwrap();
+        for name in [
+            "stoker_engine_step_duration_seconds",
+            "stoker_engine_step_decode_rows",
+        ] {
+            let series = |suffix: &str| -> Vec<f64> {
+                text.lines()
+                    .filter(|l| {
+                        l.starts_with(&format!("{name}_{suffix}{{")) && l.contains("interactive")
+                    })
+                    .map(value)
+                    .collect()
+            };
+            let buckets = series("bucket");
+            assert_eq!(series("count"), [5.0], "{text}");
+            assert_eq!(buckets.last(), Some(&5.0), "{name} +Inf: {text}");
+            assert!(
+                buckets.windows(2).all(|w| w[0] <= w[1]),
+                "{name}: {buckets:?}"
+            );
+        }
+        assert!(
+            text.contains("stoker_engine_step_duration_seconds_bucket{le=\"0.005\",model=\"m\",revision=\"r\",lane=\"interactive\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("stoker_engine_step_duration_seconds_bucket{le=\"0.015\",model=\"m\",revision=\"r\",lane=\"interactive\"} 3"),
+            "{text}"
+        );
     }
 }

@@ -50,9 +50,22 @@ impl StepHistogram {
         self.count += 1;
     }
 
-    /// `(upper bound, observations at or below it)` for every bound, as
-    /// Prometheus encodes a histogram, ending with `(f64::MAX, count)` for
-    /// `+Inf` (prometheus-client's convention).
+    /// `(upper bound, observations in that bucket alone)` for every bound,
+    /// ending with `(f64::MAX, observations above the last bound)` for
+    /// `+Inf`: what prometheus-client's `encode_histogram` takes (it sums
+    /// the buckets itself as it writes them).
+    pub fn per_bucket(&self) -> Vec<(f64, u64)> {
+        self.bounds
+            .iter()
+            .chain(std::iter::once(&f64::MAX))
+            .zip(&self.buckets)
+            .map(|(&b, &n)| (b, n))
+            .collect()
+    }
+
+    /// `(upper bound, observations at or below it)` for every bound, as a
+    /// Prometheus histogram reads, ending with `(f64::MAX, count)` for
+    /// `+Inf`.
     pub fn cumulative(&self) -> Vec<(f64, u64)> {
         let mut acc = 0;
         self.bounds
@@ -131,6 +144,15 @@ mod tests {
         assert_eq!(c[c.len() - 2].1, 4, "5000 is only in +Inf");
         assert_eq!(*c.last().unwrap(), (f64::MAX, 5));
         assert_eq!((h.count, h.sum), (5, 5517.0));
+        let b = h.per_bucket();
+        assert_eq!(b.len(), c.len());
+        assert_eq!((b[0], b[2], b[9]), ((1.0, 2), (4.0, 1), (512.0, 1)));
+        assert_eq!(
+            *b.last().unwrap(),
+            (f64::MAX, 1),
+            "5000 alone is above 2048"
+        );
+        assert_eq!(b.iter().map(|&(_, n)| n).sum::<u64>(), h.count);
     }
 
     #[test]
