@@ -2,13 +2,18 @@
 # Does the routing simulator agree with the real distributed mode? Runs one
 # API instance and two executors behind tansu on this machine, offers them
 # Poisson arrivals of fixed-length requests with `stoker bench serve`, reads
-# each executor's fitted step cost (stoker_engine_step_cost_ms) and the
-# requests each ran, then runs the simulator (bench sim_agreement) on the
-# same rate, lengths and step cost, and prints both side by side: TTFT p50
-# and p99, and the load split between the executors (BENCHMARKS.md,
-# "Routing at scale").
+# from each executor's metrics, over the measured run, the requests it ran,
+# the time it spent stepping and its own time to first token, and at the
+# end its fitted step cost (stoker_engine_step_cost_ms). Then it runs the
+# simulator (bench sim_agreement) on the same rate and lengths, its step
+# cost shaped by the fit and levelled to the measured busy time per
+# request, the reply's trip set to the client's TTFT less the engines', on
+# the very send times the real run used (several seeds of the rest). Prints
+# both side by side: TTFT p50 and p99, end-to-end p50, mean inter-token
+# time, and the load split between the executors (BENCHMARKS.md, "Routing
+# at scale").
 #
-#   scripts/bench-sim-agreement.sh      # RATE=4 INPUT=128 OUTPUT=32 REQUESTS=300
+#   scripts/bench-sim-agreement.sh      # RATE=2 INPUT=128 OUTPUT=32 REQUESTS=200
 #
 # Needs Postgres on 127.0.0.1:5432 (trust auth) and .tools/tansu
 # (scripts/fetch-broker.sh).
@@ -18,10 +23,11 @@ cd "$ROOT"
 OUT="${OUT:-$ROOT/benchmarks/sim-agreement}"
 MODEL="$ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 STOKER="$ROOT/target/release/stoker"
-RATE="${RATE:-4}"
+RATE="${RATE:-2}"
 INPUT="${INPUT:-128}"
 OUTPUT="${OUTPUT:-32}"
-REQUESTS="${REQUESTS:-300}"
+REQUESTS="${REQUESTS:-200}"
+SEED="${SEED:-1}"
 PG="${PG:-postgres://postgres@127.0.0.1:5432}"
 mkdir -p "$OUT"
 "$ROOT/scripts/fetch-model.sh" >/dev/null
@@ -74,21 +80,38 @@ for _ in $(seq 1 600); do
     sleep 0.5
 done
 
-served() { # URL: interactive requests the executor finished
-    curl -fsS "$1/metrics" | python3 -c '
-import sys
-print(sum(float(l.rsplit(" ", 1)[1]) for l in sys.stdin
-          if l.startswith("stoker_request_success_total{") and "lane=\"interactive\"" in l))'
-}
 # A short closed-loop warm-up fits the executors' step-cost models to this
 # machine's load before the measured run.
 "$STOKER" bench serve --url "$API" --tokenizer "$MODEL" --input "$INPUT" --output "$OUTPUT" \
     --ignore-eos --seed 7 --concurrency 4 --requests 40 --quiet >/dev/null
-before=("$(served "${EXEC_URLS[0]}")" "$(served "${EXEC_URLS[1]}")")
+for i in 0 1; do curl -fsS "${EXEC_URLS[$i]}/metrics" >"$OUT/ex$i.before.metrics"; done
 "$STOKER" bench serve --url "$API" --tokenizer "$MODEL" --input "$INPUT" --output "$OUTPUT" \
-    --ignore-eos --seed 1 --rate "$RATE" --requests "$REQUESTS" --quiet --save "$OUT/real.json" >/dev/null
-after=("$(served "${EXEC_URLS[0]}")" "$(served "${EXEC_URLS[1]}")")
+    --ignore-eos --seed "$SEED" --rate "$RATE" --requests "$REQUESTS" --quiet --save "$OUT/real.json" >/dev/null
 for i in 0 1; do curl -fsS "${EXEC_URLS[$i]}/metrics" >"$OUT/ex$i.metrics"; done
+
+# What each executor did over the measured run (the warm-up subtracted):
+# requests it finished, seconds it spent stepping, and the sum and count of
+# its own time to first token, from arrival at its engine.
+MEASURED="$(python3 - "$OUT" <<'PY'
+import json, sys
+def read(path):
+    want = {"stoker_request_success_total": "served",
+            "stoker_engine_step_duration_seconds_sum": "busy_s",
+            "stoker_time_to_first_token_seconds_sum": "ttft_s",
+            "stoker_time_to_first_token_seconds_count": "ttft_n"}
+    got = dict.fromkeys(want.values(), 0.0)
+    for l in open(path):
+        name = l.split("{", 1)[0]
+        if name in want and 'lane="interactive"' in l:
+            got[want[name]] += float(l.rsplit(" ", 1)[1])
+    return got
+out = []
+for i in (0, 1):
+    b, a = read(f"{sys.argv[1]}/ex{i}.before.metrics"), read(f"{sys.argv[1]}/ex{i}.metrics")
+    out.append({k: a[k] - b[k] for k in a})
+print(json.dumps(out))
+PY
+)"
 
 COST="$(python3 - "$OUT" <<'PY'
 import sys
@@ -102,22 +125,42 @@ mean = lambda t: sum(terms[t]) / len(terms[t])
 print(",".join(f"{mean(t):.4f}" for t in ("fixed", "per_token", "per_sampled_row", "per_1k_attention_pairs")))
 PY
 )"
+read -r BUSY_MS WIRE_MS < <(python3 - "$OUT" "$MEASURED" <<'PY'
+import json, sys
+m = json.loads(sys.argv[2])
+real = json.load(open(f"{sys.argv[1]}/real.json"))["levels"][0]
+served = sum(e["served"] for e in m)
+busy_ms = 1000.0 * sum(e["busy_s"] for e in m) / served
+engine_ttft_ms = 1000.0 * sum(e["ttft_s"] for e in m) / sum(e["ttft_n"] for e in m)
+print(f"{busy_ms:.2f} {real['ttft_ms']['mean'] - engine_ttft_ms:.2f}")
+PY
+)
 STOKER_SIM_RATE="$RATE" STOKER_SIM_INPUT="$INPUT" STOKER_SIM_OUTPUT="$OUTPUT" STOKER_SIM_COST="$COST" \
+    STOKER_SIM_BUSY_MS="$BUSY_MS" STOKER_SIM_WIRE_MS="$WIRE_MS" \
+    STOKER_SIM_REQUESTS="$REQUESTS" STOKER_SIM_BENCH_SEED="$SEED" \
     cargo bench --locked -q -p stoker-api --bench sim_agreement 2>/dev/null | tail -1 >"$OUT/sim.json"
 
-python3 - "$OUT" "$COST" "$RATE" "$INPUT" "$OUTPUT" "${before[@]}" "${after[@]}" <<'PY' | tee "$OUT/summary.txt"
+python3 - "$OUT" "$COST" "$RATE" "$INPUT" "$OUTPUT" "$MEASURED" "$BUSY_MS" "$WIRE_MS" <<'PY' | tee "$OUT/summary.txt"
 import json, sys
-out, cost, rate, inp, outp = sys.argv[1:6]
-b0, b1, a0, a1 = map(float, sys.argv[6:10])
+out, cost, rate, inp, outp, measured, busy_ms, wire_ms = sys.argv[1:9]
 real = json.load(open(f"{out}/real.json"))["levels"][0]
 sim = json.load(open(f"{out}/sim.json"))
-rs = [a0 - b0, a1 - b1]
+rs = [e["served"] for e in json.loads(measured)]
 share = lambda v: 100.0 * max(v) / max(sum(v), 1)
-print(f"1 API instance, 2 executors, Poisson {rate} req/s, {inp} tokens in / {outp} out;")
-print(f"step cost fitted by the executors (fixed, per token, per sampled row, per 1k attention pairs; ms): {cost}")
-print(f"{'':>10} {'TTFT p50':>10} {'TTFT p99':>10} {'busier executor':>16}")
-print(f"{'real':>10} {real['ttft_ms']['p50']:>8.1f}ms {real['ttft_ms']['p99']:>8.1f}ms {share(rs):>15.1f}%  ({rs[0]:.0f} / {rs[1]:.0f} requests)")
-print(f"{'simulated':>10} {sim['ttft_p50_ms']:>8.1f}ms {sim['ttft_p99_ms']:>8.1f}ms {share(sim['served']):>15.1f}%  ({sim['served'][0]} / {sim['served'][1]} requests)")
+print(f"1 API instance, 2 executors, Poisson {rate} req/s, {inp} tokens in / {outp} out, "
+      f"{real['requests']} requests sent over {sim['span_s']:.1f} s ({(real['requests'] - 1) / sim['span_s']:.2f} req/s realised);")
+print(f"step cost fitted by the executors (fixed, per token, per sampled row, per 1k attention pairs; ms): {cost};")
+print(f"measured: {float(busy_ms):.0f} ms of steps per request; client TTFT less the engines' {float(wire_ms):.0f} ms;")
+print(f"simulated: the fit x {sim['scale']:.2f} (busy {sim['busy_ms_per_request']:.0f} ms a request, "
+      f"the executors busy {(real['requests'] - 1) / sim['span_s'] * sim['busy_ms_per_request'] / 20:.0f} % of the arrivals' span), reply trip {sim['reply_ms']:.0f} ms, "
+      f"the real send times, {sim['seeds']} seeds")
+print(f"{'':>10} {'TTFT p50':>10} {'TTFT p99':>10} {'E2E p50':>10} {'mean ITL':>9} {'busier executor':>16}")
+print(f"{'real':>10} {real['ttft_ms']['p50']:>8.1f}ms {real['ttft_ms']['p99']:>8.1f}ms {real['e2e_ms']['p50']:>8.1f}ms "
+      f"{real['itl_ms']['mean']:>7.1f}ms {share(rs):>15.1f}%  ({rs[0]:.0f} / {rs[1]:.0f} requests)")
+lo, hi = sim['ttft_p50_range_ms']
+print(f"{'simulated':>10} {sim['ttft_p50_ms']:>8.1f}ms {sim['ttft_p99_ms']:>8.1f}ms {sim['e2e_p50_ms']:>8.1f}ms "
+      f"{sim['itl_mean_ms']:>7.1f}ms {share(sim['served']):>15.1f}%  "
+      f"({sim['served'][0]} / {sim['served'][1]} requests over the seeds; TTFT p50 {lo:.0f}-{hi:.0f} ms across them)")
 print(f"TTFT p50 simulated / real: {sim['ttft_p50_ms'] / real['ttft_ms']['p50']:.2f}; "
       f"load split difference: {abs(share(rs) - share(sim['served'])):.1f} points")
 PY

@@ -99,7 +99,7 @@ pub async fn run_level(
             let cap = w
                 .max_in_flight
                 .map(|n| Arc::new(Semaphore::new(n as usize)));
-            let mut rng = StdRng::seed_from_u64(w.seed.rotate_left(17) ^ 0xA5A5);
+            let mut rng = crate::spec::arrival_rng(w.seed);
             let mut offset = Duration::ZERO;
             let mut i = 0u64;
             while i < limit {

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-use rand::Rng;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Exp, Normal};
 use serde::{Deserialize, Serialize};
 
@@ -249,6 +250,25 @@ impl Arrival {
             }
         }
     }
+}
+
+/// The random source of a run's open-loop send times, from its seed.
+pub fn arrival_rng(seed: u64) -> StdRng {
+    StdRng::seed_from_u64(seed.rotate_left(17) ^ 0xA5A5)
+}
+
+/// The first `n` send offsets of open-loop `arrival` under `seed`: the
+/// schedule `stoker bench serve --seed` offers, for replaying it elsewhere
+/// (the routing simulator's agreement bench). Empty for the closed loop.
+pub fn open_loop_schedule(arrival: &Arrival, seed: u64, n: u64) -> Vec<Duration> {
+    let mut rng = arrival_rng(seed);
+    let mut offset = Duration::ZERO;
+    (0..n)
+        .map_while(|i| {
+            offset = arrival.next_offset(i, offset, &mut rng)?;
+            Some(offset)
+        })
+        .collect()
 }
 
 /// Which OpenAI route the requests go to.
@@ -577,6 +597,29 @@ mod tests {
             let e = bad.parse::<Arrival>().unwrap_err();
             assert!(e.0.contains("use closed:N"), "{bad}: {e}");
         }
+    }
+
+    /// The schedule a replay reads is the one the driver sends by: the
+    /// same seed gives the same times, another seed others, and a constant
+    /// rate its own grid.
+    #[test]
+    fn the_open_loop_schedule_is_the_seeds_own() {
+        let a = Arrival::Poisson { rate: 2.5 };
+        let s = open_loop_schedule(&a, 1, 200);
+        assert_eq!(s.len(), 200);
+        assert_eq!(s[0], Duration::ZERO);
+        assert!(s.windows(2).all(|w| w[0] <= w[1]));
+        assert_eq!(s, open_loop_schedule(&a, 1, 200));
+        assert_ne!(s, open_loop_schedule(&a, 2, 200));
+        let mut rng = arrival_rng(1);
+        let mut offset = Duration::ZERO;
+        for (i, &t) in s.iter().enumerate() {
+            offset = a.next_offset(i as u64, offset, &mut rng).unwrap();
+            assert_eq!(t, offset);
+        }
+        let c = open_loop_schedule(&Arrival::Constant { rate: 4.0 }, 1, 3);
+        assert_eq!(c, [0.0, 0.25, 0.5].map(Duration::from_secs_f64));
+        assert!(open_loop_schedule(&Arrival::Closed { concurrency: 2 }, 1, 3).is_empty());
     }
 
     #[test]

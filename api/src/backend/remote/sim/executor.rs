@@ -9,7 +9,7 @@
 use std::collections::VecDeque;
 
 use stoker_executor::BLOCK_SIZE;
-use stoker_executor::scheduler::PlannerConfig;
+use stoker_executor::scheduler::{PlannerConfig, StepFeatures};
 use stoker_schemas::transport::{CapacityReport, PartitionLoad, TRANSPORT_VERSION};
 
 use super::events::{MS, Micros};
@@ -39,46 +39,27 @@ impl Default for Cost {
     }
 }
 
-/// What a step computes: tokens, sampled rows, attention pairs.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Work {
-    pub tokens: u32,
-    pub sampled: u32,
-    pub pairs: f64,
-}
-
-impl Work {
-    /// A chunk of `len` tokens from position `start`, as the engine counts
-    /// its attention (`StepFeatures::chunk`).
-    pub fn chunk(start: u32, len: u32, sample: bool) -> Self {
-        let (s, l) = (start as f64, len as f64);
-        Work {
-            tokens: len,
-            sampled: u32::from(sample),
-            pairs: l * s + l * (l + 1.0) / 2.0,
-        }
-    }
-
-    fn plus(self, o: Work) -> Work {
-        Work {
-            tokens: self.tokens + o.tokens,
-            sampled: self.sampled + o.sampled,
-            pairs: self.pairs + o.pairs,
-        }
-    }
-}
-
 impl Cost {
+    /// Every term times `k`: the same shape at another level.
+    pub fn scaled(&self, k: f64) -> Cost {
+        Cost {
+            fixed_ms: self.fixed_ms * k,
+            per_token_ms: self.per_token_ms * k,
+            per_row_ms: self.per_row_ms * k,
+            per_1k_pairs_ms: self.per_1k_pairs_ms * k,
+        }
+    }
+
     /// A step's duration in ms.
-    pub fn ms(&self, w: Work) -> f64 {
+    pub fn ms(&self, w: StepFeatures) -> f64 {
         self.fixed_ms
-            + self.per_token_ms * w.tokens as f64
-            + self.per_row_ms * w.sampled as f64
-            + self.per_1k_pairs_ms * w.pairs / 1000.0
+            + self.per_token_ms * w.tokens
+            + self.per_row_ms * w.sampled
+            + self.per_1k_pairs_ms * w.attention_pairs / 1000.0
     }
 
     /// A step's duration.
-    pub fn step_time(&self, w: Work) -> Micros {
+    pub fn step_time(&self, w: StepFeatures) -> Micros {
         (self.ms(w) * MS as f64) as Micros
     }
 }
@@ -152,6 +133,11 @@ pub struct Executor {
     load_area: f64,
     last_touch: Micros,
     pub prefix_hits: u64,
+    /// Time spent stepping, and requests finished, over the whole run: the
+    /// busy time a request costs, which the agreement bench matches to
+    /// what the real executors measured.
+    pub busy_time: Micros,
+    pub finished: u64,
 }
 
 impl Executor {
@@ -174,6 +160,8 @@ impl Executor {
             load_area: 0.0,
             last_touch: 0,
             prefix_hits: 0,
+            busy_time: 0,
+            finished: 0,
         }
     }
 
@@ -290,30 +278,37 @@ impl Executor {
         if self.running.is_empty() {
             return None;
         }
-        let mut work = Work::default();
+        let mut work = StepFeatures::default();
         for s in self.running.iter_mut() {
             s.decoding = s.prefilled == s.prompt;
             s.chunk = 0;
             if s.decoding {
                 // The newest token, at position prompt + generated - 1.
-                work = work.plus(Work::chunk(s.prompt + s.generated - 1, 1, true));
+                let at = (s.prompt + s.generated - 1) as usize;
+                work = work + StepFeatures::chunk(at, 1, true);
             }
         }
         let planner = PlannerConfig::default();
-        let limit_ms = (work.tokens > 0 && planner.interactive_itl_factor > 0.0)
+        let limit_ms = (!work.is_empty() && planner.interactive_itl_factor > 0.0)
             .then(|| planner.interactive_itl_factor * self.cost.ms(work));
         let mut floor = planner.min_prefill_chunk.max(1) as u32;
         for s in self.running.iter_mut().filter(|s| !s.decoding) {
-            let want = (s.prompt - s.prefilled).min(MAX_STEP_TOKENS.saturating_sub(work.tokens));
+            let want =
+                (s.prompt - s.prefilled).min(MAX_STEP_TOKENS.saturating_sub(work.tokens as u32));
             if want == 0 {
                 break;
             }
-            let chunk_work =
-                |len: u32| Work::chunk(s.prefilled, len, s.prefilled + len == s.prompt);
+            let chunk_work = |len: u32| {
+                StepFeatures::chunk(
+                    s.prefilled as usize,
+                    len as usize,
+                    s.prefilled + len == s.prompt,
+                )
+            };
             let chunk = match limit_ms {
                 None => want,
                 Some(limit) => {
-                    let fits = |len: u32| self.cost.ms(work.plus(chunk_work(len))) <= limit;
+                    let fits = |len: u32| self.cost.ms(work + chunk_work(len)) <= limit;
                     // The largest chunk within the target (cost grows with
                     // the chunk), then the first chunk's floor.
                     let (mut lo, mut hi) = (0, want);
@@ -334,10 +329,12 @@ impl Executor {
                 continue;
             }
             s.chunk = chunk;
-            work = work.plus(chunk_work(chunk));
+            work = work + chunk_work(chunk);
         }
         self.busy = true;
-        Some(self.cost.step_time(work))
+        let d = self.cost.step_time(work);
+        self.busy_time += d;
+        Some(d)
     }
 
     /// Ends the step under way: tokens delivered, sequences finished and
@@ -371,6 +368,7 @@ impl Executor {
             !done
         });
         self.free_blocks += freed;
+        self.finished += out.finished.len() as u64;
         out
     }
 

@@ -14,6 +14,7 @@ pub mod workload;
 mod world;
 
 use super::capacity::RoutingPolicy;
+use events::{MS, Micros};
 pub use executor::Cost;
 pub use stats::Outcome;
 pub use workload::{Arrivals, Mix};
@@ -70,6 +71,18 @@ pub struct SimConfig {
     /// as `stoker api` does; off, they count their sends since the report,
     /// as against an executor that does not say.
     pub own_accounting: bool,
+    /// A job's (or a refusal's) trip across the broker, and a first token's
+    /// trip back to the client, drawn uniformly from `[lo, hi]` for routed
+    /// policies (the omniscient router has none). The reply's trip is 0 by
+    /// default: it would add the same few ms to every routed policy and
+    /// nothing to the baseline they are compared with; the agreement bench
+    /// sets it to what the real run measured.
+    pub job_delay: (Micros, Micros),
+    pub reply_delay: (Micros, Micros),
+    /// Arrival times to replay (from the start of the run, ascending)
+    /// instead of drawing them from `arrivals` at `rate()`: a real run's
+    /// schedule.
+    pub arrival_trace: Option<Vec<Micros>>,
     pub seed: u64,
 }
 
@@ -88,6 +101,9 @@ impl SimConfig {
             prefix_capacity: 8192,
             affinity: true,
             own_accounting: true,
+            job_delay: (2 * MS, 8 * MS),
+            reply_delay: (0, 0),
+            arrival_trace: None,
             seed: 1,
         }
     }

@@ -16,6 +16,10 @@ pub struct Outcome {
     pub requests: usize,
     pub ttft_p50_ms: f64,
     pub ttft_p99_ms: f64,
+    /// Arrival to last token, and the mean time between output tokens, of
+    /// the measured requests that finished.
+    pub e2e_p50_ms: f64,
+    pub itl_mean_ms: f64,
     /// Share of measured requests that met the SLO (refused ones did not).
     pub goodput: f64,
     /// Most loaded executor's time-mean of running + waiting over the mean
@@ -35,6 +39,9 @@ pub struct Outcome {
     pub prefix_hits: u64,
     /// Simulated events, for the cost of the run.
     pub events: u64,
+    /// Executor time spent stepping per request finished, over the whole
+    /// run (warm-up and drain included), ms.
+    pub busy_ms_per_request: f64,
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -78,6 +85,19 @@ pub fn summarise(
         .filter_map(|r| r.first_token.map(|f| (f - r.arrived) as f64 / MS as f64))
         .collect();
     ttft.sort_by(f64::total_cmp);
+    let mut e2e: Vec<f64> = measured
+        .iter()
+        .filter_map(|r| r.finished.map(|f| (f - r.arrived) as f64 / MS as f64))
+        .collect();
+    e2e.sort_by(f64::total_cmp);
+    let itls: Vec<f64> = measured
+        .iter()
+        .filter(|r| r.output > 1)
+        .filter_map(|r| {
+            let (first, done) = (r.first_token?, r.finished?);
+            Some((done - first) as f64 / MS as f64 / (r.output - 1) as f64)
+        })
+        .collect();
     let good = measured
         .iter()
         .filter(|r| meets_slo(r, per_token_ms))
@@ -95,6 +115,8 @@ pub fn summarise(
         requests: measured.len(),
         ttft_p50_ms: percentile(&ttft, 0.50),
         ttft_p99_ms: percentile(&ttft, 0.99),
+        e2e_p50_ms: percentile(&e2e, 0.50),
+        itl_mean_ms: itls.iter().sum::<f64>() / itls.len().max(1) as f64,
         goodput: good as f64 / measured.len().max(1) as f64,
         load_max_over_mean: if mean > 0.0 { max / mean } else { 1.0 },
         refused: measured.iter().filter(|r| r.refused).count(),

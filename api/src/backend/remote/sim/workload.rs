@@ -140,6 +140,10 @@ fn mean((lo, hi): (u32, u32)) -> f64 {
 /// The arrival process and the request mix.
 pub struct Workload {
     rate: f64,
+    /// Arrival times to replay instead of the arrival process, and the
+    /// index of the next.
+    trace: Option<(Vec<Micros>, usize)>,
+    last: Micros,
     arrivals: Arrivals,
     mix: Mix,
     high: bool,
@@ -151,6 +155,8 @@ impl Workload {
     pub fn new(rate: f64, arrivals: Arrivals, mix: Mix, seed: u64) -> Self {
         Workload {
             rate,
+            trace: None,
+            last: 0,
             arrivals,
             mix,
             high: true,
@@ -171,10 +177,25 @@ impl Workload {
         (-(1.0 - u).ln() * mean_s * SECOND as f64) as Micros
     }
 
-    /// Time to the next arrival at the current rate.
-    pub fn gap(&mut self) -> Micros {
-        let mean = 1.0 / self.current_rate();
-        self.exponential(mean).max(1)
+    /// Replays `times` (ascending, from the start of the run) as the
+    /// arrivals, in place of the arrival process.
+    pub fn replaying(mut self, times: Vec<Micros>) -> Self {
+        self.trace = Some((times, 0));
+        self
+    }
+
+    /// Time to the next arrival: at the current rate, or the trace's next;
+    /// `None` once a trace is spent.
+    pub fn gap(&mut self) -> Option<Micros> {
+        let Some((times, next)) = &mut self.trace else {
+            let mean = 1.0 / self.current_rate();
+            return Some(self.exponential(mean).max(1));
+        };
+        let at = *times.get(*next)?;
+        *next += 1;
+        let gap = at.saturating_sub(self.last);
+        self.last = at;
+        Some(gap)
     }
 
     /// Switches the on/off phase; returns the time to the next switch, or

@@ -22,8 +22,6 @@ use crate::backend::remote::prefix::{PrefixIndex, block_hashes};
 const REPORT_INTERVAL: Micros = 500 * MS;
 /// A report reaches an API instance this long after it is published.
 const REPORT_DELAY: (Micros, Micros) = (5 * MS, 20 * MS);
-/// A job, or a refusal, crosses the broker in this long.
-const JOB_DELAY: (Micros, Micros) = (2 * MS, 8 * MS);
 /// Offers of one request before a refusal stands (`MAX_ATTEMPTS`).
 const MAX_ATTEMPTS: usize = 3;
 /// `kafka.executor_timeout_ms`.
@@ -52,6 +50,8 @@ pub(super) struct World {
     per_token_ms: f64,
     affinity: bool,
     own_accounting: bool,
+    job_delay: (Micros, Micros),
+    reply_delay: (Micros, Micros),
     apis: u32,
     /// Executors with a free slot and an empty queue.
     free_execs: usize,
@@ -91,13 +91,18 @@ impl World {
             execs,
             reqs: Vec::new(),
             held: Vec::new(),
-            workload: Workload::new(c.rate(), c.arrivals, c.mix, c.seed),
+            workload: match &c.arrival_trace {
+                None => Workload::new(c.rate(), c.arrivals, c.mix, c.seed),
+                Some(t) => Workload::new(1.0, c.arrivals, c.mix, c.seed).replaying(t.clone()),
+            },
             rng: SmallRng::seed_from_u64(c.seed ^ 0x5eed),
             base: Instant::now(),
             omniscient,
             per_token_ms: c.cost.per_token_ms,
             affinity: c.affinity,
             own_accounting: c.own_accounting && !omniscient,
+            job_delay: c.job_delay,
+            reply_delay: c.reply_delay,
             apis: if omniscient { 1 } else { c.apis.max(1) },
             misrouted: 0,
             outstanding: 0,
@@ -112,6 +117,11 @@ impl World {
     }
 
     fn delay(&mut self, (lo, hi): (Micros, Micros)) -> Micros {
+        // A fixed delay draws nothing, so runs without one keep their
+        // random sequence.
+        if lo == hi {
+            return lo;
+        }
         self.rng.random_range(lo..=hi)
     }
 
@@ -126,8 +136,9 @@ impl World {
             let phase = self.delay((0, REPORT_INTERVAL));
             self.clock.after(phase, Event::Report { exec: e as u32 });
         }
-        let gap = self.workload.gap();
-        self.clock.after(gap, Event::Arrival);
+        if let Some(gap) = self.workload.gap() {
+            self.clock.after(gap, Event::Arrival);
+        }
         if let Some(p) = self.workload.phase() {
             self.clock.after(p, Event::Phase);
         }
@@ -170,6 +181,9 @@ impl World {
         let mut out = summarise(&self.reqs, from, to, &areas, self.per_token_ms);
         out.misrouted = self.misrouted;
         out.prefix_hits = self.execs.iter().map(|e| e.prefix_hits).sum();
+        let busy: Micros = self.execs.iter().map(|e| e.busy_time).sum();
+        let finished: u64 = self.execs.iter().map(|e| e.finished).sum();
+        out.busy_ms_per_request = busy as f64 / MS as f64 / finished.max(1) as f64;
         out.events = self.events;
         out
     }
@@ -185,8 +199,9 @@ impl World {
         self.held.push(None);
         self.outstanding += 1;
         self.offer(req);
-        let gap = self.workload.gap();
-        self.clock.after(gap, Event::Arrival);
+        if let Some(gap) = self.workload.gap() {
+            self.clock.after(gap, Event::Arrival);
+        }
     }
 
     /// Routes `req` from its API instance: the first offer as `submit`
@@ -232,7 +247,7 @@ impl World {
         if self.omniscient {
             self.job_arrives(exec, req);
         } else {
-            let d = self.delay(JOB_DELAY);
+            let d = self.delay(self.job_delay);
             self.clock.after(d, Event::JobArrives { exec, req });
         }
     }
@@ -280,7 +295,7 @@ impl World {
             if self.omniscient {
                 self.refused(req);
             } else {
-                let d = self.delay(JOB_DELAY);
+                let d = self.delay(self.job_delay);
                 self.clock.after(d, Event::Refused { req });
             }
             return;
@@ -310,11 +325,18 @@ impl World {
             first_tokens,
             finished,
         } = self.change(exec, |e, _| e.end_step());
+        // What the client sees, a reply's trip after the executor.
+        let seen = now
+            + if self.omniscient {
+                0
+            } else {
+                self.delay(self.reply_delay)
+            };
         for r in first_tokens {
-            self.reqs[r as usize].first_token = Some(now);
+            self.reqs[r as usize].first_token = Some(seen);
         }
         for r in finished {
-            self.reqs[r as usize].finished = Some(now);
+            self.reqs[r as usize].finished = Some(seen);
             self.held[r as usize] = None;
             self.outstanding -= 1;
         }
