@@ -284,6 +284,36 @@ fn validation_errors_have_typed_bodies() {
             json!({"model": m, "messages": user, "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "integer", "minimum": 5, "maximum": 1}}}}),
         ),
         (
+            "json_schema whose $ref only refers to itself",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#/$defs/loop", "$defs": {"loop": {"$ref": "#/$defs/loop"}}}}}}),
+        ),
+        (
+            "json_schema whose $ref only refers to itself, on completions",
+            "/v1/completions",
+            json!({"model": m, "prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#/$defs/loop", "$defs": {"loop": {"$ref": "#/$defs/loop"}}}}}}),
+        ),
+        (
+            "json_schema whose $ref only refers to itself, streamed",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "stream": true, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#/$defs/loop", "$defs": {"loop": {"$ref": "#/$defs/loop"}}}}}}),
+        ),
+        (
+            "json_schema nothing satisfies",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"not": {}}}}}),
+        ),
+        (
+            "required tool whose parameters nothing satisfies",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "tool_choice": "required", "tools": [{"type": "function", "function": {"name": "f", "parameters": {"not": {}}}}]}),
+        ),
+        (
+            "named tool whose parameters only refer to themselves",
+            "/v1/chat/completions",
+            json!({"model": m, "messages": user, "tool_choice": {"type": "function", "function": {"name": "f"}}, "tools": [{"type": "function", "function": {"name": "f", "parameters": {"$ref": "#/$defs/loop", "$defs": {"loop": {"$ref": "#/$defs/loop"}}}}}]}),
+        ),
+        (
             "top_logprobs 21",
             "/v1/chat/completions",
             json!({"model": m, "messages": user, "logprobs": true, "top_logprobs": 21}),

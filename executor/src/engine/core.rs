@@ -499,7 +499,7 @@ impl EngineCore {
         let mask = match mask.transpose() {
             Ok(m) => m,
             Err(e) => {
-                self.fail(seq, EngineError::Internal(format!("grammar mask: {e}")));
+                self.fail(seq, grammar_failed(e));
                 return;
             }
         };
@@ -543,7 +543,7 @@ impl EngineCore {
         let mut grammar_done = false;
         match self.constraints.consume(seq, tok) {
             Some(Err(e)) => {
-                self.fail(seq, EngineError::Internal(format!("grammar: {e}")));
+                self.fail(seq, grammar_failed(e));
                 return;
             }
             Some(Ok(done)) => grammar_done = done,
@@ -757,4 +757,14 @@ fn revision_salt(sha256_hex: &str) -> [u8; 32] {
         }
     }
     salt
+}
+
+/// A grammar that fails while decoding (no token can continue the output,
+/// a lexer past its limits) fails its request with the response format's
+/// typed error, as a refusal at submit would have: the grammar is the
+/// client's, and the server is fine.
+fn grammar_failed(e: String) -> EngineError {
+    EngineError::Invalid(crate::ValidationError::ResponseFormat(
+        crate::structured::GrammarError::Decoding(e),
+    ))
 }

@@ -2,6 +2,7 @@
 //! advance past each sampled token.
 
 use llguidance::Matcher;
+use llguidance::api::StopReason;
 use llguidance::toktrie::SimpleVob;
 
 /// The grammar of one sequence, advanced token by token.
@@ -9,6 +10,10 @@ use llguidance::toktrie::SimpleVob;
 pub struct Constraint {
     matcher: Matcher,
     vocab_size: usize,
+    /// The first mask, computed when the grammar was compiled (to refuse a
+    /// grammar no token can start before the request is admitted) and handed
+    /// out by the first [`Constraint::mask`] rather than computed twice.
+    first: Option<Mask>,
 }
 
 impl std::fmt::Debug for Constraint {
@@ -20,7 +25,7 @@ impl std::fmt::Debug for Constraint {
 }
 
 /// The tokens a grammar allows at one step.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Mask(SimpleVob);
 
 impl Mask {
@@ -57,20 +62,44 @@ impl Mask {
 }
 
 impl Constraint {
-    pub(super) fn new(matcher: Matcher, vocab_size: usize) -> Self {
-        Constraint {
+    /// A constraint whose first mask is computed now: a grammar that
+    /// cannot produce its first token (a `$ref` that only refers to itself,
+    /// an unsatisfiable schema, a lexer past llguidance's fuel limits) fails
+    /// here, at compile time, and never reaches the engine.
+    pub(super) fn new(matcher: Matcher, vocab_size: usize) -> Result<Self, String> {
+        let mut c = Constraint {
             matcher,
             vocab_size,
+            first: None,
+        };
+        let first = c.compute()?;
+        if first.count() == 0 {
+            return Err("no token can start an output the grammar accepts".into());
         }
+        c.first = Some(first);
+        Ok(c)
     }
 
     /// The tokens allowed next: the grammar's continuations, and the
     /// end-of-sequence token once the output is complete.
     pub fn mask(&mut self) -> Result<Mask, String> {
-        self.matcher
-            .compute_mask_or_eos()
-            .map(Mask)
-            .map_err(|e| e.to_string())
+        match self.first.take() {
+            Some(m) => Ok(m),
+            None => self.compute(),
+        }
+    }
+
+    fn compute(&mut self) -> Result<Mask, String> {
+        self.matcher.compute_mask_or_eos().map(Mask).map_err(|e| {
+            // llguidance names this case only by its stop reason.
+            if self.matcher.stop_reason() == StopReason::NoExtensionBias {
+                "no token can continue an output the grammar accepts (a `$ref` that only \
+                 refers to itself, or a schema nothing satisfies)"
+                    .to_string()
+            } else {
+                first_line(&e.to_string())
+            }
+        })
     }
 
     /// Advances past a sampled token. A token the mask forbade is an error
@@ -79,7 +108,10 @@ impl Constraint {
         if token as usize >= self.vocab_size {
             return Err(format!("token {token} is outside the grammar's vocabulary"));
         }
-        self.matcher.consume_token(token).map_err(|e| e.to_string())
+        self.first = None;
+        self.matcher
+            .consume_token(token)
+            .map_err(|e| first_line(&e.to_string()))
     }
 
     /// Whether the output is complete and nothing can follow it: the
@@ -87,6 +119,14 @@ impl Constraint {
     pub fn is_finished(&self) -> bool {
         self.matcher.is_stopped()
     }
+}
+
+/// llguidance appends the parser state to errors; the first line says what
+/// is wrong, and the rest would echo the whole grammar (and the output so
+/// far) back to the client.
+pub(super) fn first_line(s: &str) -> String {
+    let line = s.lines().next().unwrap_or(s).trim();
+    line.chars().take(512).collect()
 }
 
 #[cfg(test)]

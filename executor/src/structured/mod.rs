@@ -62,6 +62,10 @@ pub enum GrammarError {
     /// llguidance's message names the offending part of the schema.
     #[error("the schema cannot be enforced: {0}")]
     Compile(String),
+    /// The grammar compiled and started, then reached a state it cannot
+    /// leave; the request ends with what it produced so far.
+    #[error("the schema's grammar failed while decoding: {0}")]
+    Decoding(String),
     #[error("this model's vocabulary cannot drive a grammar: {0}")]
     Vocabulary(String),
 }

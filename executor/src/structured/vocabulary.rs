@@ -8,6 +8,7 @@ use llguidance::api::TopLevelGrammar;
 use llguidance::toktrie::{ApproximateTokEnv, TokEnv, TokRxInfo, TokTrie};
 use llguidance::{Matcher, ParserFactory};
 
+use super::constraint::first_line;
 use super::{Constraint, GrammarError, StructuredOutput};
 use crate::tokenizer::ModelTokenizer;
 
@@ -57,6 +58,7 @@ impl Grammars {
         let mut factory =
             ParserFactory::new_simple(&env).map_err(|e| GrammarError::Vocabulary(e.to_string()))?;
         factory.quiet();
+        *factory.limits_mut() = limits();
         Ok(Grammars {
             factory: Arc::new(factory),
             vocab_size,
@@ -81,13 +83,19 @@ impl Grammars {
         if let Some(e) = matcher.get_error() {
             return Err(GrammarError::Compile(first_line(&e)));
         }
-        Ok(Constraint::new(matcher, self.vocab_size))
+        Constraint::new(matcher, self.vocab_size).map_err(GrammarError::Compile)
     }
 }
 
-/// llguidance appends the parser state to errors; the first line says what
-/// is wrong, and the rest would echo the whole grammar back to the client.
-fn first_line(s: &str) -> String {
-    let line = s.lines().next().unwrap_or(s).trim();
-    line.chars().take(512).collect()
+/// What one request's grammar may cost, whatever its schema: llguidance's
+/// defaults for time (lexer fuel and Earley items per mask, about 20 ms of
+/// work at most), with fewer lexer states (each 1-2 kB, built lazily while
+/// decoding: 50,000 bound one grammar's lexer to about 100 MB rather than
+/// 500), and no grammar echoed into error messages.
+fn limits() -> llguidance::api::ParserLimits {
+    llguidance::api::ParserLimits {
+        max_lexer_states: 50_000,
+        verbose_errors: false,
+        ..Default::default()
+    }
 }

@@ -197,3 +197,97 @@ fn a_schema_llguidance_cannot_enforce_is_a_typed_refusal() {
         }
     }
 }
+
+/// Schemas a hostile or careless client sends. Each one is either refused
+/// at submit with a typed error that names what is wrong, or compiles and
+/// generates without an error; none reaches the engine only to fail its
+/// first mask (a `$ref` that only refers to itself was a 500), and none
+/// takes long to decide (llguidance's fuel limits).
+fn hostile_schemas() -> Vec<(&'static str, Value, bool)> {
+    let mut deep = json!({"type": "integer"});
+    for _ in 0..200 {
+        deep = json!({"type": "array", "items": deep, "minItems": 1});
+    }
+    let mut deep_objects = json!({"type": "string"});
+    for _ in 0..200 {
+        deep_objects =
+            json!({"type": "object", "properties": {"a": deep_objects}, "required": ["a"]});
+    }
+    let huge_enum: Vec<String> = (0..6000).map(|i| format!("v{i}")).collect();
+    vec![
+        (
+            "a $ref that only refers to itself",
+            json!({"$ref": "#/$defs/loop", "$defs": {"loop": {"$ref": "#/$defs/loop"}}}),
+            true,
+        ),
+        (
+            "two $refs that refer to each other",
+            json!({"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}}),
+            true,
+        ),
+        ("an unsatisfiable schema", json!({"not": {}}), true),
+        ("the false schema", json!(false), true),
+        (
+            "a required property that cannot exist",
+            json!({"type": "object", "properties": {"a": false}, "required": ["a"]}),
+            true,
+        ),
+        ("an empty enum", json!({"enum": []}), true),
+        ("200 nested arrays", deep, false),
+        ("200 nested objects", deep_objects, false),
+        (
+            "an enum of 6,000 strings",
+            json!({"enum": huge_enum}),
+            false,
+        ),
+        (
+            "a pattern with nested quantifiers",
+            json!({"type": "string", "pattern": "^(a+)+(b+)+(c|cc)*d{100}$"}),
+            false,
+        ),
+        (
+            "a pattern with a huge repetition count",
+            json!({"type": "string", "pattern": "^(x{1000}){1000}$"}),
+            false,
+        ),
+        (
+            "an allOf of incompatible types",
+            json!({"allOf": [{"type": "string"}, {"type": "integer"}]}),
+            true,
+        ),
+    ]
+}
+
+#[test]
+fn hostile_schemas_are_refused_at_submit_or_served_never_failed_mid_way() {
+    let engine = engine(EngineConfig::default());
+    let prompt = chat_prompt(&engine, "Hi");
+    for (what, schema, must_refuse) in hostile_schemas() {
+        let started = std::time::Instant::now();
+        let params = constrained(StructuredOutput::JsonSchema(schema), 0.0, 0, 4);
+        let submitted = engine.submit(request(&engine, prompt.clone(), params, Lane::Interactive));
+        let decided = started.elapsed();
+        // Not a speed measurement: a bound an unbounded grammar would blow
+        // through by orders of magnitude.
+        assert!(decided.as_secs() < 5, "{what}: {decided:?} to decide");
+        match submitted {
+            Err(EngineError::Invalid(ValidationError::ResponseFormat(GrammarError::Compile(
+                m,
+            )))) => {
+                assert!(
+                    !m.is_empty() && m.len() <= 512 && !m.contains('\n'),
+                    "{what}: {m}"
+                );
+                eprintln!("{what}: refused in {decided:?}: {m}");
+            }
+            Err(other) => panic!("{what}: an untyped refusal {other:?}"),
+            Ok(mut h) => {
+                assert!(!must_refuse, "{what}: accepted");
+                let c = h.collect_blocking();
+                assert!(c.error.is_none(), "{what}: failed mid-way: {:?}", c.error);
+                assert!(!c.token_ids.is_empty(), "{what}: nothing generated");
+                eprintln!("{what}: compiled in {decided:?}, generated {:?}", c.text);
+            }
+        }
+    }
+}

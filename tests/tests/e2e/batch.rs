@@ -16,6 +16,7 @@ mod bad_input;
 mod cancel;
 mod clients;
 mod files_and_listing;
+mod hostile_grammars;
 mod kill9;
 
 use std::collections::{BTreeMap, HashMap};
