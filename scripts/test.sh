@@ -19,4 +19,4 @@ cargo clippy --release --workspace --all-targets --locked -- -D warnings
 echo "== cargo build (the stoker binary the end-to-end tests start)"
 cargo build --release --locked -p stoker --bin stoker
 echo "== cargo test"
-cargo test --release --workspace --locked -- --test-threads="${STOKER_TEST_THREADS:-1}"
+cargo test --release --workspace --locked --no-fail-fast -- --test-threads="${STOKER_TEST_THREADS:-1}"

@@ -9,11 +9,17 @@
 //! every stream framed as server-sent events ending in `[DONE]`.
 //!
 //! Generation is kept short (`max_tokens` at most 3 whenever it is valid) so
-//! a case takes milliseconds. `STOKER_FUZZ_CASES` runs more cases.
+//! a case takes milliseconds.
+//!
+//! The run is reproducible: it starts from a fixed seed and first replays
+//! every failure ever found (`proptest-regressions/http/fuzz.txt`, committed).
+//! `scripts/fuzz.sh MINUTES` explores with fresh seeds and prints any new
+//! failure as the line to commit there (see `stoker_test_support::property`).
 
 use proptest::prelude::*;
-use proptest::test_runner::{TestCaseError, TestRunner};
+use proptest::test_runner::{FileFailurePersistence, RngSeed, TestCaseError, TestRunner};
 use serde_json::{Map, Value, json};
+use stoker_test_support::property;
 
 use super::{MODEL_ID, config, rt, start, url};
 
@@ -123,6 +129,41 @@ fn any_json() -> impl Strategy<Value = Value> {
     })
 }
 
+/// JSON schemas for `response_format` and tool parameters: plausible ones
+/// and the hostile classes (references that only refer to themselves, deep
+/// nesting, a huge `enum`, pathological `pattern`s, unsatisfiable schemas),
+/// and any JSON at all.
+fn schema() -> BoxedStrategy<Value> {
+    let nested = |depth: usize, leaf: Value| {
+        (0..depth).fold(leaf, |inner, _| json!({"type": "array", "items": inner}))
+    };
+    prop_oneof![
+        Just(json!({"type": "object", "properties": {"a": {"type": "integer"}}})),
+        Just(json!({"$ref": "#/$defs/loop", "$defs": {"loop": {"$ref": "#/$defs/loop"}}})),
+        Just(json!({"$ref": "#/$defs/a",
+            "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"anyOf": [{"$ref": "#/$defs/a"}]}}})),
+        Just(json!({"not": {}})),
+        Just(json!(false)),
+        Just(json!({"enum": []})),
+        Just(json!({"type": "object", "properties": {"a": false}, "required": ["a"]})),
+        Just(json!({"allOf": [{"type": "string"}, {"type": "integer"}]})),
+        (1usize..300).prop_map(move |d| nested(d, json!({"type": "integer"}))),
+        (1usize..8000)
+            .prop_map(|n| json!({"enum": (0..n).map(|i| format!("v{i}")).collect::<Vec<_>>()})),
+        prop_oneof![
+            Just("^(a+)+$"),
+            Just("^(x{1000}){1000}$"),
+            Just("(?<=a)b"),
+            Just("^((a|aa)*|b*)*c{50}$"),
+            Just("["),
+            Just("\\p{Greek}{1,99999}"),
+        ]
+        .prop_map(|p| json!({"type": "string", "pattern": p})),
+        any_json(),
+    ]
+    .boxed()
+}
+
 /// Plausible values for the fields whose names say what they hold, hostile
 /// ones otherwise and some of the time.
 fn field_value(name: &str) -> BoxedStrategy<Value> {
@@ -170,17 +211,17 @@ fn field_value(name: &str) -> BoxedStrategy<Value> {
         }
         "response_format" => prop_oneof![
             Just(json!({"type": "json_object"})),
-            Just(json!({"type": "json_schema", "json_schema": {"name": "x",
-                "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}})),
-            Just(json!({"type": "json_schema", "json_schema": {"name": "x",
-                "schema": {"$ref": "#/$defs/loop", "$defs": {"loop": {"$ref": "#/$defs/loop"}}}}})),
             Just(json!({"type": "regex"})),
+            schema().prop_map(|schema| json!({"type": "json_schema",
+                "json_schema": {"name": "x", "schema": schema}})),
         ]
         .boxed(),
         "tools" => prop_oneof![
             Just(json!([{"type": "function", "function": {"name": "f",
                 "parameters": {"type": "object"}}}])),
             Just(json!([{"type": "function", "function": {"name": ""}}])),
+            schema().prop_map(|parameters| json!([{"type": "function",
+                "function": {"name": "f", "parameters": parameters}}])),
         ]
         .boxed(),
         "tool_choice" => prop_oneof![
@@ -475,6 +516,12 @@ fn check(r: &Route, status: u16, ctype: &str, text: &str) -> Result<(), String> 
     Ok(())
 }
 
+/// Every failure found so far, replayed first on every run.
+const REGRESSIONS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/http/proptest-regressions/fuzz.txt"
+);
+
 #[test]
 fn every_route_answers_hostile_input_as_documented() {
     let mut c = config();
@@ -482,13 +529,13 @@ fn every_route_answers_hostile_input_as_documented() {
     let server = rt().block_on(start(c));
     let addr = url(&server, "").trim_start_matches("http://").to_owned();
     let routes = routes();
-    let cases = std::env::var("STOKER_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(400);
     let mut runner = TestRunner::new(ProptestConfig {
-        cases,
-        failure_persistence: None,
+        cases: property::cases(400),
+        rng_seed: match property::seed() {
+            Some(s) => RngSeed::Fixed(s),
+            None => RngSeed::Random,
+        },
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(REGRESSIONS))),
         ..ProptestConfig::default()
     });
     let result = runner.run(&case(&routes), |c| {

@@ -399,7 +399,22 @@ mod tests {
         }
 
         proptest! {
-            #![proptest_config(ProptestConfig { cases: 512, failure_persistence: None, ..ProptestConfig::default() })]
+            // A fixed seed, after every failure found so far (committed
+            // beside this file); scripts/fuzz.sh explores with fresh ones.
+            #![proptest_config(ProptestConfig {
+                cases: stoker_test_support::property::cases(512),
+                rng_seed: match stoker_test_support::property::seed() {
+                    Some(s) => proptest::test_runner::RngSeed::Fixed(s),
+                    None => proptest::test_runner::RngSeed::Random,
+                },
+                failure_persistence: Some(Box::new(
+                    proptest::test_runner::FileFailurePersistence::Direct(concat!(
+                        env!("CARGO_MANIFEST_DIR"),
+                        "/src/batch/proptest-regressions/input.txt"
+                    )),
+                )),
+                ..ProptestConfig::default()
+            })]
 
             #[test]
             fn any_file_is_a_typed_answer_and_a_valid_one_reads_back_whole(

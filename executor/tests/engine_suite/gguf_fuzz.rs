@@ -6,7 +6,9 @@
 //! A model that does load must run a forward pass without a panic.
 //!
 //! proptest draws the mutations; a failure prints the smallest mutation list
-//! that still fails. `STOKER_FUZZ_CASES` runs more cases than CI's default.
+//! that still fails. The run is reproducible: a fixed seed, after replaying
+//! every failure found so far (`proptest-regressions/gguf_fuzz.txt`);
+//! `scripts/fuzz.sh` explores with fresh seeds and more cases.
 
 use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -14,8 +16,10 @@ use std::path::{Path, PathBuf};
 
 use candle_core::quantized::gguf_file::{Content, Value};
 use proptest::prelude::*;
+use proptest::test_runner::{FileFailurePersistence, RngSeed};
 use stoker_executor::model::ModelMeta;
 use stoker_executor::{LoadOptions, Model, ModelError};
+use stoker_test_support::property;
 
 use super::common::prompt_logits;
 
@@ -153,12 +157,11 @@ fn panic_text(e: &Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "(no message)".into())
 }
 
-fn cases() -> u32 {
-    std::env::var("STOKER_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(160)
-}
+/// Every failure found so far, replayed first on every run.
+const REGRESSIONS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/engine_suite/proptest-regressions/gguf_fuzz.txt"
+);
 
 #[test]
 fn a_mutated_header_loads_or_is_a_typed_error_never_a_panic() {
@@ -172,8 +175,12 @@ fn a_mutated_header_loads_or_is_a_typed_error_never_a_panic() {
     let dir = stoker_test_support::temp_dir("gguf-fuzz");
     let target = dir.path().join("fuzzed.gguf");
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
-        cases: cases(),
-        failure_persistence: None,
+        cases: property::cases(160),
+        rng_seed: match property::seed() {
+            Some(s) => RngSeed::Fixed(s),
+            None => RngSeed::Random,
+        },
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(REGRESSIONS))),
         ..ProptestConfig::default()
     });
     let strategy = (0..files.len(), prop::collection::vec(mutation(), 1..4));

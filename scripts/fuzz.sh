@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Explores the property tests with fresh seeds for MINUTES (default 30):
+#   the HTTP fuzzer over every route of schemas/openapi.json (a real server),
+#   the GGUF header fuzzer (every architecture's fixture), and
+#   the batch JSONL parser.
+# CI runs the same tests from a fixed seed (tests/support/src/property.rs);
+# this script is where new failures are found. Each failure proptest finds is
+# appended, as a seed line, to the suite's committed regression file
+# (proptest-regressions/ beside it), which every later run replays first;
+# the script prints those new lines, ready to commit, and exits 1.
+#
+#   scripts/fuzz.sh [MINUTES]        e.g. scripts/fuzz.sh 30
+#   STOKER_PROPTEST_CASES=N          cases per round (default 2000)
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+MINUTES="${1:-30}"
+CASES="${STOKER_PROPTEST_CASES:-2000}"
+[[ "$MINUTES" =~ ^[0-9]+$ ]] || { echo "usage: scripts/fuzz.sh [MINUTES]" >&2; exit 2; }
+
+"$ROOT/scripts/fetch-model.sh"
+REGRESSIONS=(
+    api/tests/http/proptest-regressions/fuzz.txt
+    executor/tests/engine_suite/proptest-regressions/gguf_fuzz.txt
+    controlplane/src/batch/proptest-regressions/input.txt
+)
+# name | cargo test arguments
+TARGETS=(
+    "http|-p stoker-api --test http fuzz::every_route_answers_hostile_input_as_documented"
+    "gguf|-p stoker-executor --test suite engine_suite::gguf_fuzz::"
+    "jsonl|-p stoker-controlplane --lib batch::input::tests::properties::"
+)
+echo "== building the fuzz targets"
+cargo test --release --locked -p stoker-api --test http --no-run
+cargo test --release --locked -p stoker-executor --test suite --no-run
+cargo test --release --locked -p stoker-controlplane --lib --no-run
+
+before="$(mktemp -d)"
+trap 'rm -rf "$before"' EXIT
+for i in "${!REGRESSIONS[@]}"; do cp "${REGRESSIONS[$i]}" "$before/$i"; done
+
+end=$(( $(date +%s) + MINUTES * 60 ))
+round=0
+failed=0
+declare -A cases_run=()
+while (( $(date +%s) < end )); do
+    round=$((round + 1))
+    for t in "${TARGETS[@]}"; do
+        (( $(date +%s) < end )) || break
+        name="${t%%|*}"
+        args="${t#*|}"
+        log="$(mktemp)"
+        # shellcheck disable=SC2086
+        if STOKER_PROPTEST_SEED=random STOKER_PROPTEST_CASES="$CASES" \
+            cargo test --release --locked $args -- --test-threads=1 >"$log" 2>&1; then
+            cases_run[$name]=$(( ${cases_run[$name]:-0} + CASES ))
+            echo "round $round: $name passed $CASES cases"
+        else
+            failed=$((failed + 1))
+            echo "round $round: $name FAILED; the test's output:"
+            grep -E "minimal failing input|Test failed|panicked|FAILED" "$log" | head -20
+        fi
+        rm -f "$log"
+    done
+done
+
+echo "== done after $round rounds"
+for name in "${!cases_run[@]}"; do echo "$name: ${cases_run[$name]} passing cases"; done
+new=0
+for i in "${!REGRESSIONS[@]}"; do
+    f="${REGRESSIONS[$i]}"
+    if ! cmp -s "$before/$i" "$f"; then
+        new=1
+        echo "== new regression cases in $f (commit them):"
+        diff "$before/$i" "$f" | sed -n 's/^> //p'
+    fi
+done
+if (( failed > 0 || new > 0 )); then
+    echo "fuzz: $failed failing rounds"
+    exit 1
+fi
+echo "fuzz: no failure"
