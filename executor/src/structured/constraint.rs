@@ -2,7 +2,6 @@
 //! advance past each sampled token.
 
 use llguidance::Matcher;
-use llguidance::api::StopReason;
 use llguidance::toktrie::SimpleVob;
 
 /// The grammar of one sequence, advanced token by token.
@@ -91,13 +90,15 @@ impl Constraint {
 
     fn compute(&mut self) -> Result<Mask, String> {
         self.matcher.compute_mask_or_eos().map(Mask).map_err(|e| {
-            // llguidance names this case only by its stop reason.
-            if self.matcher.stop_reason() == StopReason::NoExtensionBias {
+            let message = first_line(&e.to_string());
+            // llguidance names this case only by its stop reason (and the
+            // matcher, now in its error state, no longer reports it).
+            if message.contains(NO_TOKEN_STOP) {
                 "no token can continue an output the grammar accepts (a `$ref` that only \
                  refers to itself, or a schema nothing satisfies)"
                     .to_string()
             } else {
-                first_line(&e.to_string())
+                message
             }
         })
     }
@@ -120,6 +121,10 @@ impl Constraint {
         self.matcher.is_stopped()
     }
 }
+
+/// How llguidance's error reads when the mask allows no token at all:
+/// the name of its stop reason, `StopReason::NoExtensionBias`.
+const NO_TOKEN_STOP: &str = "NoExtensionBias";
 
 /// llguidance appends the parser state to errors; the first line says what
 /// is wrong, and the rest would echo the whole grammar (and the output so
