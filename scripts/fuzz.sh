@@ -24,16 +24,16 @@ REGRESSIONS=(
     executor/tests/engine_suite/proptest-regressions/gguf_fuzz.txt
     controlplane/src/batch/proptest-regressions/input.txt
 )
-# name | cargo test arguments
+# name | test filter. Each runs as `cargo test --workspace FILTER`, the same
+# selection as scripts/test.sh, so the build it reuses is the suite's (a `-p`
+# selection resolves features differently and rebuilds the dependency tree).
 TARGETS=(
-    "http|-p stoker-api --test http fuzz::every_route_answers_hostile_input_as_documented"
-    "gguf|-p stoker-executor --test suite engine_suite::gguf_fuzz::"
-    "jsonl|-p stoker-controlplane --lib batch::input::tests::properties::"
+    "http|fuzz::every_route_answers_hostile_input_as_documented"
+    "gguf|engine_suite::gguf_fuzz::"
+    "jsonl|batch::input::tests::properties::"
 )
-echo "== building the fuzz targets"
-cargo test --release --locked -p stoker-api --test http --no-run
-cargo test --release --locked -p stoker-executor --test suite --no-run
-cargo test --release --locked -p stoker-controlplane --lib --no-run
+echo "== building the suite"
+cargo test --release --workspace --locked --no-run
 
 before="$(mktemp -d)"
 trap 'rm -rf "$before"' EXIT
@@ -48,11 +48,10 @@ while (( $(date +%s) < end )); do
     for t in "${TARGETS[@]}"; do
         (( $(date +%s) < end )) || break
         name="${t%%|*}"
-        args="${t#*|}"
+        filter="${t#*|}"
         log="$(mktemp)"
-        # shellcheck disable=SC2086
         if STOKER_PROPTEST_SEED=random STOKER_PROPTEST_CASES="$CASES" \
-            cargo test --release --locked $args -- --test-threads=1 >"$log" 2>&1; then
+            cargo test --release --workspace --tests --locked "$filter" -- --test-threads=1 >"$log" 2>&1; then
             cases_run[$name]=$(( ${cases_run[$name]:-0} + CASES ))
             echo "round $round: $name passed $CASES cases"
         else
