@@ -57,7 +57,9 @@ while (( $(date +%s) < end )); do
         else
             failed=$((failed + 1))
             echo "round $round: $name FAILED; the test's output:"
-            grep -E "minimal failing input|Test failed|panicked|FAILED" "$log" | head -20
+            # An abort (a failed allocation, a stack overflow) kills the test
+            # before proptest can persist its seed: its message is all there is.
+            grep -E "minimal failing input|Test failed|panicked|FAILED|memory allocation|overflow|signal" "$log" | head -20 || true
         fi
         rm -f "$log"
     done

@@ -221,7 +221,10 @@ impl ModelWeights {
             None
         };
         let norm = vector(art, "output_norm.weight", h)?;
-        let mut layers = Vec::with_capacity(cfg.n_layers);
+        // Not `with_capacity(n_layers)`: the count is the file's claim, and a
+        // hostile `block_count` would size an allocation that aborts the
+        // process before the first missing `blk.N` tensor is found.
+        let mut layers = Vec::new();
         for i in 0..cfg.n_layers {
             let p = format!("blk.{i}");
             let name = |t: &str| format!("{p}.{t}");

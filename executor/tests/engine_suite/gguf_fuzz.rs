@@ -250,3 +250,35 @@ fn a_zero_or_hostile_alignment_is_a_typed_error() {
         }
     }
 }
+
+/// Found by `scripts/fuzz.sh` (an abort, which proptest cannot persist as a
+/// seed): a `block_count` of about a trillion sized the layer list's
+/// allocation before the first missing `blk.N` tensor was looked up, and the
+/// process aborted. The count must be checked against the tensors, never
+/// trusted for an allocation.
+#[test]
+fn a_hostile_block_count_is_a_typed_error_not_an_allocation() {
+    let dir = stoker_test_support::temp_dir("gguf-blocks");
+    for src in fixtures() {
+        let content = {
+            let mut f = std::fs::File::open(&src).unwrap();
+            Content::read(&mut f).unwrap()
+        };
+        let arch = match content.metadata.get("general.architecture") {
+            Some(Value::String(a)) => a.clone(),
+            other => panic!("{}: general.architecture {other:?}", src.display()),
+        };
+        let key = format!("{arch}.block_count");
+        for value in [
+            Value::U32(u32::MAX),
+            Value::U64(1_010_122_621_776 / 64),
+            Value::U64(u64::MAX),
+        ] {
+            let p = dir.path().join("blocks.gguf");
+            std::fs::write(&p, rewrite_with(&src, (&key, value.clone()))).unwrap();
+            if let Err(e) = load_both(&p) {
+                panic!("{} with {key} = {value:?}: {e}", src.display());
+            }
+        }
+    }
+}
