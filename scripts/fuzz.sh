@@ -9,14 +9,17 @@
 # (proptest-regressions/ beside it), which every later run replays first;
 # the script prints those new lines, ready to commit, and exits 1.
 #
-#   scripts/fuzz.sh [MINUTES]        e.g. scripts/fuzz.sh 30
+#   scripts/fuzz.sh [MINUTES [TARGET...]]   e.g. scripts/fuzz.sh 30, or
+#   scripts/fuzz.sh 10 http                  (targets: http, gguf, jsonl)
 #   STOKER_PROPTEST_CASES=N          cases per round (default 2000)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 MINUTES="${1:-30}"
 CASES="${STOKER_PROPTEST_CASES:-2000}"
-[[ "$MINUTES" =~ ^[0-9]+$ ]] || { echo "usage: scripts/fuzz.sh [MINUTES]" >&2; exit 2; }
+[[ "$MINUTES" =~ ^[0-9]+$ ]] || { echo "usage: scripts/fuzz.sh [MINUTES [TARGET...]]" >&2; exit 2; }
+shift $(( $# > 0 ? 1 : 0 ))
+ONLY=("$@")
 
 "$ROOT/scripts/fetch-model.sh"
 REGRESSIONS=(
@@ -49,6 +52,7 @@ while (( $(date +%s) < end )); do
         (( $(date +%s) < end )) || break
         name="${t%%|*}"
         filter="${t#*|}"
+        if (( ${#ONLY[@]} > 0 )) && [[ " ${ONLY[*]} " != *" $name "* ]]; then continue; fi
         log="$(mktemp)"
         if STOKER_PROPTEST_SEED=random STOKER_PROPTEST_CASES="$CASES" \
             cargo test --release --workspace --tests --locked "$filter" -- --test-threads=1 >"$log" 2>&1; then
