@@ -397,7 +397,12 @@ fn case(routes: &[Route]) -> impl Strategy<Value = Case> + use<> {
         } else {
             Just(None).boxed()
         };
-        (hostile_string(), query, deadline, body).prop_map(move |(path_id, q, deadline, body)| {
+        // A path id of "." or ".." is a dot segment: every client removes it
+        // (RFC 3986 5.2.4; the WHATWG URL parser reads `%2e` as a dot too), so
+        // the request reaches another route, e.g. `POST /v1/batches/./cancel`
+        // is `POST /v1/batches/cancel`, a 405 the intended route does not list.
+        let path_id = hostile_string().prop_filter("not a dot segment", |s| s != "." && s != "..");
+        (path_id, query, deadline, body).prop_map(move |(path_id, q, deadline, body)| {
             Case {
                 route: i,
                 path_id,
