@@ -8,6 +8,10 @@
 //! can record the knee as the serving revision's capacity profile, which
 //! stoker's admission then enforces.
 //!
+//! `stoker bench scenario` (`scenario/`) runs several tenants at once in
+//! phases and judges each against its own baseline: fairness and isolation
+//! rather than one workload's knee.
+//!
 //! Exit status: 0 when the run (or the knee search) succeeded, 1 when the
 //! target could not be measured or no level met the SLOs, 2 for bad flags or
 //! workload files.
@@ -18,6 +22,7 @@ pub mod plot;
 pub mod profile;
 pub mod prompts;
 pub mod report;
+pub mod scenario;
 pub mod scrape;
 pub mod spec;
 pub mod stats;
@@ -49,6 +54,9 @@ pub enum BenchCommand {
     /// Drive an OpenAI-compatible endpoint with a workload and report latency,
     /// throughput and goodput; --sweep finds the knee.
     Serve(Box<ServeArgs>),
+    /// Run a multi-tenant scenario file (tenants, phases, SLOs against each
+    /// tenant's baseline) and report PASS/FAIL per SLO.
+    Scenario(Box<scenario::ScenarioArgs>),
     /// Time one Kafka hop (produce until consumed) on a broker with the
     /// distributed mode's client settings: the floor of what it adds to TTFT.
     Broker(broker::BrokerArgs),
@@ -173,6 +181,17 @@ pub async fn run(args: BenchArgs) -> ExitCode {
             }
             Err(Fail::Run(e)) => {
                 eprintln!("stoker bench serve: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        BenchCommand::Scenario(a) => match scenario::scenario(*a).await {
+            Ok(code) => code,
+            Err(Fail::Usage(e)) => {
+                eprintln!("stoker bench scenario: {e}");
+                ExitCode::from(2)
+            }
+            Err(Fail::Run(e)) => {
+                eprintln!("stoker bench scenario: {e}");
                 ExitCode::FAILURE
             }
         },

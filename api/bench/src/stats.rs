@@ -27,6 +27,7 @@ use super::target::Outcome;
 pub struct Dist {
     pub mean: f64,
     pub p50: f64,
+    pub p90: f64,
     pub p95: f64,
     pub p99: f64,
     pub max: f64,
@@ -45,6 +46,7 @@ impl Dist {
         Some(Dist {
             mean: xs.iter().sum::<f64>() / xs.len() as f64,
             p50: percentile(&xs, 0.50),
+            p90: percentile(&xs, 0.90),
             p95: percentile(&xs, 0.95),
             p99: percentile(&xs, 0.99),
             max: xs[xs.len() - 1],
@@ -162,7 +164,7 @@ pub fn summarize(
     for o in outcomes {
         if let Some(f) = &o.failure {
             *failures.entry(f.code.clone()).or_insert(0) += 1;
-            retry_after += u64::from(f.retry_after);
+            retry_after += u64::from(f.retry_after.is_some());
         }
     }
     let span = match (

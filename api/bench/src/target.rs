@@ -6,6 +6,17 @@
 //! generator's scheduling and statistics can be tested against a fake with
 //! known delays on tokio's virtual clock, where "within 1 ms" is exact.
 //! All times are `tokio::time::Instant` for that reason.
+//!
+//! Two response headers are read besides the body. `Retry-After` on a refusal
+//! is kept as a duration (integer or fractional seconds; an HTTP-date, which
+//! this client does not parse, reads as 1 s) so a client can honour it.
+//! `x-stoker-ttft-estimate-ms` on an admitted response is stoker's admission
+//! estimate of the time to first token, in milliseconds (a float): the
+//! scenario harness sets it beside the TTFT the client observed. Servers that
+//! do not send it leave [`Outcome::predicted_ttft_ms`] empty.
+//!
+//! Requests stream by default; a non-streaming target reads one JSON body,
+//! and its only "chunk" is the end of the response (TTFT equals E2E).
 
 use std::time::Duration;
 
@@ -35,8 +46,32 @@ pub struct Failure {
     /// `timeout`, `connect`, `send`, `stream` when the server sent none.
     pub code: String,
     pub status: Option<u16>,
-    /// The refusal carried `Retry-After`.
-    pub retry_after: bool,
+    /// The refusal's `Retry-After`, when it carried one.
+    pub retry_after: Option<Duration>,
+}
+
+/// The header stoker sets on admitted responses: its admission estimate of
+/// the time to first token, in milliseconds.
+pub const TTFT_ESTIMATE_HEADER: &str = "x-stoker-ttft-estimate-ms";
+
+/// Longest `Retry-After` kept (a day); a client caps its own wait further.
+const MAX_RETRY_AFTER_SECS: f64 = 86_400.0;
+
+/// `Retry-After` as a duration: integer or fractional seconds; an HTTP-date
+/// (or anything else that is not a number of seconds) reads as 1 s.
+pub fn parse_retry_after(v: &str) -> Duration {
+    match v.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 => Duration::from_secs_f64(x.min(MAX_RETRY_AFTER_SECS)),
+        _ => Duration::from_secs(1),
+    }
+}
+
+/// `x-stoker-ttft-estimate-ms` as milliseconds, when it is a number at least 0.
+pub fn parse_ttft_estimate(v: &str) -> Option<f64> {
+    v.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|x| x.is_finite() && *x >= 0.0)
 }
 
 /// What one request did, as the client saw it.
@@ -53,6 +88,8 @@ pub struct Outcome {
     pub max_tokens: u32,
     /// The revision that answered (`x-stoker-revision`), when the server names it.
     pub revision: Option<String>,
+    /// The server's admission estimate of TTFT in ms (`x-stoker-ttft-estimate-ms`).
+    pub predicted_ttft_ms: Option<f64>,
     pub failure: Option<Failure>,
 }
 
@@ -69,6 +106,7 @@ impl Outcome {
             output_tokens: None,
             max_tokens: p.max_tokens,
             revision: None,
+            predicted_ttft_ms: None,
             failure: None,
         }
     }
@@ -97,7 +135,12 @@ impl Outcome {
         (n > 1).then(|| (self.end - first) / (n - 1))
     }
 
-    fn fail(&mut self, code: impl Into<String>, status: Option<u16>, retry_after: bool) {
+    fn fail(
+        &mut self,
+        code: impl Into<String>,
+        status: Option<u16>,
+        retry_after: Option<Duration>,
+    ) {
         self.end = Instant::now();
         self.failure = Some(Failure {
             code: code.into(),
@@ -122,6 +165,7 @@ pub struct HttpTarget {
     model: String,
     ignore_eos: bool,
     timeout: Duration,
+    stream: bool,
 }
 
 impl HttpTarget {
@@ -142,10 +186,17 @@ impl HttpTarget {
             model,
             ignore_eos,
             timeout,
+            stream: true,
         }
     }
 
-    /// The request body for `p`: streaming, greedy, usage in the last chunk.
+    /// Streaming (the default) or one JSON body per request.
+    pub fn streaming(mut self, on: bool) -> Self {
+        self.stream = on;
+        self
+    }
+
+    /// The request body for `p`: greedy; when streaming, usage in the last chunk.
     pub fn body(&self, p: &Planned) -> Value {
         let mut b = match self.endpoint {
             Endpoint::Completions => json!({"model": self.model, "prompt": p.prompt}),
@@ -156,8 +207,10 @@ impl HttpTarget {
         };
         let o = b.as_object_mut().expect("object");
         o.insert("max_tokens".into(), p.max_tokens.into());
-        o.insert("stream".into(), true.into());
-        o.insert("stream_options".into(), json!({"include_usage": true}));
+        o.insert("stream".into(), self.stream.into());
+        if self.stream {
+            o.insert("stream_options".into(), json!({"include_usage": true}));
+        }
         o.insert("temperature".into(), 0.into());
         if self.ignore_eos {
             o.insert("ignore_eos".into(), true.into());
@@ -180,11 +233,11 @@ impl HttpTarget {
         let deadline = out.start + self.timeout;
         let resp = match tokio::time::timeout_at(deadline, req.send()).await {
             Err(_) => {
-                out.fail("timeout", None, false);
+                out.fail("timeout", None, None);
                 return out;
             }
             Ok(Err(e)) => {
-                out.fail(if e.is_connect() { "connect" } else { "send" }, None, false);
+                out.fail(if e.is_connect() { "connect" } else { "send" }, None, None);
                 return out;
             }
             Ok(Ok(r)) => r,
@@ -194,9 +247,17 @@ impl HttpTarget {
             .get("x-stoker-revision")
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
+        out.predicted_ttft_ms = resp
+            .headers()
+            .get(TTFT_ESTIMATE_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_ttft_estimate);
         let status = resp.status().as_u16();
         if status != 200 {
-            let retry_after = resp.headers().contains_key(reqwest::header::RETRY_AFTER);
+            let retry_after = resp
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .map(|v| parse_retry_after(v.to_str().unwrap_or("")));
             let body = tokio::time::timeout_at(deadline, resp.bytes()).await;
             let code = body
                 .ok()
@@ -207,12 +268,15 @@ impl HttpTarget {
             out.fail(code, Some(status), retry_after);
             return out;
         }
+        if !self.stream {
+            return whole_body(out, resp, deadline, status).await;
+        }
         let mut stream = resp.bytes_stream();
         let mut sse = SseParser::default();
         loop {
             let next = match tokio::time::timeout_at(deadline, stream.next()).await {
                 Err(_) => {
-                    out.fail("timeout", Some(status), false);
+                    out.fail("timeout", Some(status), None);
                     return out;
                 }
                 Ok(n) => n,
@@ -220,7 +284,7 @@ impl HttpTarget {
             let bytes = match next {
                 None => break,
                 Some(Err(_)) => {
-                    out.fail("stream", Some(status), false);
+                    out.fail("stream", Some(status), None);
                     return out;
                 }
                 Some(Ok(b)) => b,
@@ -231,17 +295,13 @@ impl HttpTarget {
                     SseEvent::Done => {}
                     SseEvent::Data(v) => {
                         if let Some(code) = v.get("error").and_then(|_| error_code(&v)) {
-                            out.fail(code, Some(status), false);
+                            out.fail(code, Some(status), None);
                             return out;
                         }
                         if chunk_text(&v).is_some_and(|t| !t.is_empty()) {
                             out.chunks.push(now);
                         }
-                        if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
-                            let n = |k: &str| u.get(k).and_then(Value::as_u64).map(|x| x as u32);
-                            out.prompt_tokens = n("prompt_tokens").or(out.prompt_tokens);
-                            out.output_tokens = n("completion_tokens");
-                        }
+                        take_usage(&mut out, &v);
                     }
                 }
             }
@@ -259,6 +319,51 @@ impl HttpTarget {
 impl Target for HttpTarget {
     fn send(&self, p: Planned) -> BoxFuture<'_, Outcome> {
         Box::pin(self.run(p))
+    }
+}
+
+/// A non-streaming answer: one JSON body whose end is the only arrival.
+async fn whole_body(
+    mut out: Outcome,
+    resp: reqwest::Response,
+    deadline: Instant,
+    status: u16,
+) -> Outcome {
+    let v = match tokio::time::timeout_at(deadline, resp.bytes()).await {
+        Err(_) => {
+            out.fail("timeout", Some(status), None);
+            return out;
+        }
+        Ok(Err(_)) => {
+            out.fail("stream", Some(status), None);
+            return out;
+        }
+        Ok(Ok(b)) => serde_json::from_slice::<Value>(&b).unwrap_or(Value::Null),
+    };
+    if v.get("error").is_some() {
+        let code = error_code(&v).unwrap_or_else(|| "error".into());
+        out.fail(code, Some(status), None);
+        return out;
+    }
+    take_usage(&mut out, &v);
+    out.end = Instant::now();
+    let text = v
+        .pointer("/choices/0/text")
+        .or_else(|| v.pointer("/choices/0/message/content"))
+        .and_then(Value::as_str)
+        .is_some_and(|t| !t.is_empty());
+    if text || out.output_tokens.unwrap_or(0) > 0 {
+        out.chunks.push(out.end);
+    }
+    out
+}
+
+/// Token counts from a body's or the last chunk's `usage`.
+fn take_usage(out: &mut Outcome, v: &Value) {
+    if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
+        let n = |k: &str| u.get(k).and_then(Value::as_u64).map(|x| x as u32);
+        out.prompt_tokens = n("prompt_tokens").or(out.prompt_tokens);
+        out.output_tokens = n("completion_tokens");
     }
 }
 
@@ -348,6 +453,20 @@ mod tests {
         let ev = p.push(b"data: {\"error\":{\"code\":\"executor_lost\"}}\n\n");
         let SseEvent::Data(v) = &ev[0] else { panic!() };
         assert_eq!(error_code(v).as_deref(), Some("executor_lost"));
+    }
+
+    #[test]
+    fn retry_after_and_the_ttft_estimate_parse() {
+        assert_eq!(parse_retry_after("3"), Duration::from_secs(3));
+        assert_eq!(parse_retry_after(" 0.25 "), Duration::from_millis(250));
+        assert_eq!(parse_retry_after("1e9"), Duration::from_secs(86_400));
+        for odd in ["Wed, 21 Oct 2015 07:28:00 GMT", "-1", "NaN", ""] {
+            assert_eq!(parse_retry_after(odd), Duration::from_secs(1), "{odd}");
+        }
+        assert_eq!(parse_ttft_estimate("12.5"), Some(12.5));
+        assert_eq!(parse_ttft_estimate("0"), Some(0.0));
+        assert_eq!(parse_ttft_estimate("-3"), None);
+        assert_eq!(parse_ttft_estimate("soon"), None);
     }
 
     #[test]

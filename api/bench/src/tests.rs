@@ -28,7 +28,7 @@ impl Target for Fake {
                 o.failure = Some(Failure {
                     code: "server_overloaded".into(),
                     status: Some(503),
-                    retry_after: true,
+                    retry_after: Some(Duration::from_secs(1)),
                 });
                 return o;
             }
@@ -91,6 +91,7 @@ async fn statistics_of_known_delays_are_exact_within_a_millisecond() {
     let want = Dist {
         mean: ttft.iter().sum::<f64>() / 200.0,
         p50: percentile(&ttft, 0.5),
+        p90: percentile(&ttft, 0.9),
         p95: percentile(&ttft, 0.95),
         p99: percentile(&ttft, 0.99),
         max: 109.0,
@@ -99,6 +100,7 @@ async fn statistics_of_known_delays_are_exact_within_a_millisecond() {
     for (g, w) in [
         (got.mean, want.mean),
         (got.p50, want.p50),
+        (got.p90, want.p90),
         (got.p95, want.p95),
         (got.p99, want.p99),
         (got.max, want.max),
