@@ -16,7 +16,9 @@
 //!   is a second estimate; the smaller of the two is taken, since a measured
 //!   rate can be limited by arrivals rather than capacity, and the model by
 //!   requests that stop before `max_tokens`.
-//! - **Prefill.** The prompts waiting ahead, and then its own, at the
+//! - **Prefill.** The prompts ahead (waiting, or admitted by the engine and
+//!   not yet through their prefill: a burst fills every slot at once, and
+//!   the last of those waits for all the prefills before it), and then its own, at the
 //!   measured prefill rate (the engine's live rate, else a capacity profile's,
 //!   else the cost model's per-token cost).
 //!
@@ -32,7 +34,10 @@ use stoker_executor::scheduler::CostSnapshot;
 pub struct QueueView {
     pub max_num_seqs: usize,
     pub running: usize,
+    /// Requests waiting ahead of it (in the engine's fair-share order).
     pub waiting: usize,
+    /// Prompt tokens prefilled before its own: those waiting ahead, and
+    /// those of requests the engine admitted that have no first token yet.
     pub waiting_prompt_tokens: usize,
     /// Prompt tokens of the running requests.
     pub running_prompt_tokens: usize,
@@ -77,12 +82,13 @@ impl TtftEstimate {
         self.ahead() + self.own_prefill
     }
 
-    /// The wait ahead scaled by `factor` (0 leaves it as it is): what
-    /// admission learned of how this estimate compares with the waits seen.
+    /// Every part scaled by `factor` (0 leaves it as it is): what admission
+    /// learned of how this estimate compares with the first tokens seen.
     pub fn calibrated(mut self, factor: f64) -> Self {
         if factor > 0.0 && factor.is_finite() {
             self.queue = self.queue.mul_f64(factor);
             self.prefill_ahead = self.prefill_ahead.mul_f64(factor);
+            self.own_prefill = self.own_prefill.mul_f64(factor);
         }
         self
     }

@@ -23,6 +23,7 @@
 
 pub mod envelope;
 pub mod estimate;
+pub mod share;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -34,6 +35,8 @@ use stoker_executor::engine::EngineStats;
 
 use crate::admission::envelope::{EnvelopeLimits, OutOfEnvelope};
 use crate::admission::estimate::{QueueView, Speed, TtftEstimate};
+pub use crate::admission::share::TenantKey;
+use crate::admission::share::{Ahead, Tenants};
 use crate::error::{ApiError, RetryAfter};
 
 #[derive(Clone, Copy, Debug)]
@@ -57,18 +60,26 @@ struct Inner {
     waiting_prompt_tokens: usize,
     running: usize,
     running_prompt_tokens: usize,
+    /// Prompt tokens of running requests that have no first token yet:
+    /// the engine admitted them, and their prefill still stands ahead of
+    /// any request arriving now (a burst fills every slot at once, and the
+    /// last of those waits for all their prefills).
+    prefilling_prompt_tokens: usize,
     /// Prompt + max_tokens of every outstanding request, waiting or running.
     active_tokens: usize,
     /// Smoothed output tokens of the requests that finished.
     output_tokens_ewma: Option<f64>,
-    /// How much longer than estimated requests waited to start, as a high
-    /// quantile of actual / estimated (see [`Inner::calibrate`]); 0 until
-    /// the first observation, read as 1.
+    /// How much longer than estimated requests waited for their first
+    /// token, as a high quantile of actual / estimated (see
+    /// [`Inner::calibrate`]); 0 until the first observation, read as
+    /// [`UNMEASURED_FACTOR`].
     calibration: f64,
     /// Recent finish times, for the drain rate.
     finishes: VecDeque<Instant>,
     /// The envelope in force, if a profile was recorded for this revision.
     profile: Option<Arc<EnvelopeLimits>>,
+    /// Each tenant's part of the counters above (see [`share`]).
+    tenants: Tenants,
 }
 
 const RATE_WINDOW: Duration = Duration::from_secs(30);
@@ -91,12 +102,13 @@ impl Inner {
         self.finishes.len() as f64 / span
     }
 
-    fn queue_view(&mut self, max_num_seqs: usize, now: Instant) -> QueueView {
+    /// The queue as a request sees it that has `ahead` waiting before it.
+    fn queue_view(&mut self, max_num_seqs: usize, ahead: Ahead, now: Instant) -> QueueView {
         QueueView {
             max_num_seqs,
             running: self.running,
-            waiting: self.waiting,
-            waiting_prompt_tokens: self.waiting_prompt_tokens,
+            waiting: ahead.waiting,
+            waiting_prompt_tokens: ahead.prefill_tokens,
             running_prompt_tokens: self.running_prompt_tokens,
             outstanding_max_tokens: self
                 .active_tokens
@@ -115,24 +127,47 @@ const OUTPUT_EWMA: f64 = 0.1;
 const CALIBRATE_FROM: Duration = Duration::from_millis(200);
 /// The calibration factor stays within these bounds.
 const CALIBRATION: (f64, f64) = (0.5, 4.0);
+/// The factor before any request was measured: a fresh server's estimate
+/// runs on the step-cost model's prior and has nothing to check it against,
+/// and a burst on a fresh server admits its whole first wave on it, so it is
+/// read as late rather than early until the first first token says.
+pub const UNMEASURED_FACTOR: f64 = 1.5;
+/// Steps toward a ratio above and below the factor (see [`Inner::calibrate`]).
+const CALIBRATE_UP: f64 = 0.25;
+const CALIBRATE_DOWN: f64 = 0.01;
 
 impl Inner {
-    /// Learns from a request that waited `actual` where `estimated` was
-    /// said: the factor moves up fast and down slowly (steps of 0.2 and 0.02
-    /// of the gap), so it settles near the 90th percentile of the ratio, and
-    /// the objective then holds for most admitted requests, not half of them.
+    /// The factor estimates are scaled by now.
+    fn factor(&self) -> f64 {
+        if self.calibration > 0.0 {
+            self.calibration
+        } else {
+            UNMEASURED_FACTOR
+        }
+    }
+
+    /// Learns from a request whose first token came `actual` after its
+    /// admission where the uncalibrated estimate said `estimated`: the
+    /// factor moves up fast and down slowly (steps of 0.25 and 0.01 of the
+    /// gap), so it settles near the 96th percentile of the ratio, and the
+    /// objective then holds for the tail of admitted requests, not half of
+    /// them. The first observation replaces the unmeasured factor outright.
     fn calibrate(&mut self, estimated: Duration, actual: Duration) {
         if estimated < CALIBRATE_FROM {
             return;
         }
         let ratio =
             (actual.as_secs_f64() / estimated.as_secs_f64()).clamp(CALIBRATION.0, CALIBRATION.1);
-        let c = if self.calibration > 0.0 {
-            self.calibration
+        if self.calibration <= 0.0 {
+            self.calibration = ratio;
+            return;
+        }
+        let c = self.calibration;
+        let step = if ratio > c {
+            CALIBRATE_UP
         } else {
-            1.0
+            CALIBRATE_DOWN
         };
-        let step = if ratio > c { 0.2 } else { 0.02 };
         self.calibration = (c + step * (ratio - c)).clamp(CALIBRATION.0, CALIBRATION.1);
     }
 }
@@ -144,11 +179,14 @@ pub struct Admission {
 }
 
 /// What the admission decision needs to know about a request.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Demand {
     pub prompt_tokens: usize,
     pub max_tokens: usize,
     pub deadline: Option<Duration>,
+    /// Whose request: the queue ahead of it and its part of each limit
+    /// follow the tenants' weights (see [`share`]).
+    pub tenant: TenantKey,
 }
 
 /// Counters as seen by the edge, for metrics and tests.
@@ -294,12 +332,18 @@ impl Admission {
         let l = &self.limits;
         let profile = g.profile.as_deref().cloned();
         let (prefill_rate_source, prefill_tok_s) = prefill_rate(engine, profile.as_ref());
+        let whole = Ahead {
+            waiting: g.waiting,
+            waiting_prompt_tokens: g.waiting_prompt_tokens,
+            waiting_tokens: g.waiting_tokens,
+            prefill_tokens: g.waiting_prompt_tokens + g.prefilling_prompt_tokens,
+        };
         let ttft = estimate::estimate(
-            &g.queue_view(l.max_num_seqs, Instant::now()),
+            &g.queue_view(l.max_num_seqs, whole, Instant::now()),
             &speed(engine, profile.as_ref()),
             1,
         )
-        .calibrated(g.calibration);
+        .calibrated(g.factor());
         AdmissionReport {
             source: if profile.is_some() {
                 "profile"
@@ -317,11 +361,7 @@ impl Admission {
             prefill_tok_s,
             max_ttft_ms: l.max_ttft.map(|d| d.as_millis() as u64),
             ttft_estimate_ms: ttft.total().as_millis() as u64,
-            ttft_estimate_calibration: if g.calibration > 0.0 {
-                g.calibration
-            } else {
-                1.0
-            },
+            ttft_estimate_calibration: g.factor(),
             profile,
             planner: PlannerReport::of(&engine.planner),
         }
@@ -348,20 +388,31 @@ impl Admission {
     pub fn admit(self: &Arc<Self>, d: Demand, engine: &EngineStats) -> Result<Ticket, ApiError> {
         let now = Instant::now();
         let mut g = self.inner.lock().unwrap();
-        let ttft = self.check(&mut g, &d, engine, now)?;
+        let (raw, ttft) = self.check(&mut g, &d, engine, now)?;
         let tokens = d.prompt_tokens + d.max_tokens;
         g.waiting += 1;
         g.waiting_tokens += tokens;
         g.waiting_prompt_tokens += d.prompt_tokens;
         g.active_tokens += tokens;
+        g.tenants.update(&d.tenant, |c| {
+            c.waiting += 1;
+            c.waiting_tokens += tokens;
+            c.waiting_prompt_tokens += d.prompt_tokens;
+            c.prefill_tokens += d.prompt_tokens;
+            c.outstanding += 1;
+            c.active_tokens += tokens;
+        });
         Ok(Ticket {
             adm: self.clone(),
+            tenant: d.tenant,
             tokens,
             prompt_tokens: d.prompt_tokens,
             state: TicketState::Waiting,
+            prefilled: false,
             generated: None,
             admitted_at: now,
-            estimated_ahead: ttft.ahead(),
+            raw_ttft: raw.total(),
+            estimated_ttft: ttft.total(),
         })
     }
 
@@ -373,11 +424,17 @@ impl Admission {
     /// [`Admission::admit`], never the other way round.
     /// A client's deadline is checked first, as `admit` checks it, so the
     /// refusal says `deadline_infeasible` when that is what fails.
-    pub fn shed(&self, engine: &EngineStats, deadline: Option<Duration>) -> Result<(), ApiError> {
+    pub fn shed(
+        &self,
+        engine: &EngineStats,
+        tenant: &TenantKey,
+        deadline: Option<Duration>,
+    ) -> Result<(), ApiError> {
         let empty = Demand {
             prompt_tokens: 0,
             max_tokens: 0,
             deadline,
+            tenant: tenant.clone(),
         };
         let mut g = self.inner.lock().unwrap();
         self.check(&mut g, &empty, engine, Instant::now())
@@ -392,13 +449,19 @@ impl Admission {
         d: &Demand,
         engine: &EngineStats,
         now: Instant,
-    ) -> Result<TtftEstimate, ApiError> {
+    ) -> Result<(TtftEstimate, TtftEstimate), ApiError> {
         let rate = g.drain_rate(now);
         let tokens = d.prompt_tokens + d.max_tokens;
         let l = &self.limits;
         let profile = g.profile.clone();
         let outstanding = g.waiting + g.running;
         let capacity = max_outstanding(l, profile.as_deref());
+        // This tenant's part: a limit full of other tenants' work does not
+        // refuse a tenant still within its weighted share of it.
+        let own = g.tenants.of(&d.tenant);
+        let share = g.tenants.share(&d.tenant);
+        let within = |mine: usize, limit: usize| (mine as f64) <= share * limit as f64;
+        let ahead = g.tenants.ahead(&d.tenant, d.prompt_tokens, tokens);
         // The output rate to drain by when the engine has measured none yet:
         // the profile's, else nothing known.
         let token_rate = if engine.tokens_per_second_ewma > 0.0 {
@@ -418,7 +481,7 @@ impl Admission {
                 Duration::from_secs(1)
             }
         };
-        if outstanding >= capacity {
+        if outstanding >= capacity && !within(own.outstanding + 1, capacity) {
             let excess = outstanding + 1 - capacity;
             let message = match profile.as_deref() {
                 Some(p) if p.concurrency <= l.max_num_seqs + l.max_waiting_requests => format!(
@@ -439,6 +502,7 @@ impl Admission {
         if let Some(p) = profile.as_deref()
             && outstanding > 0
             && g.active_tokens + tokens > p.active_tokens
+            && !within(own.active_tokens + tokens, p.active_tokens)
         {
             return Err(ApiError::Overloaded {
                 message: format!(
@@ -449,7 +513,10 @@ impl Admission {
                 retry_after: self.clamp(drain(outstanding.max(1), g)),
             });
         }
-        if g.waiting > 0 && g.waiting_tokens + tokens > l.max_waiting_tokens {
+        if g.waiting > 0
+            && g.waiting_tokens + tokens > l.max_waiting_tokens
+            && !within(own.waiting_tokens + tokens, l.max_waiting_tokens)
+        {
             return Err(ApiError::Overloaded {
                 message: format!(
                     "the waiting queue holds {} tokens; this request's {} would pass the bound of {}",
@@ -459,8 +526,15 @@ impl Admission {
             });
         }
         let blocks = |t: usize| t.div_ceil(BLOCK_SIZE);
-        if g.waiting > 0
-            && blocks(g.waiting_prompt_tokens) + blocks(d.prompt_tokens) > engine.kv_blocks_free
+        // The prompts served before this one must find free blocks, unless
+        // other tenants hold more than their share of the outstanding
+        // tokens: the engine then takes blocks back from them for this
+        // tenant (it preempts the tenant furthest over its share first).
+        let preempts_others = g.tenants.others_active(&d.tenant)
+            && within(own.active_tokens + tokens, g.active_tokens + tokens);
+        if ahead.waiting > 0
+            && !preempts_others
+            && blocks(ahead.waiting_prompt_tokens) + blocks(d.prompt_tokens) > engine.kv_blocks_free
         {
             return Err(ApiError::Overloaded {
                 message: "the KV cache has no headroom for more waiting prompts; retry later"
@@ -468,12 +542,12 @@ impl Admission {
                 retry_after: self.clamp(drain(g.waiting.max(1), g)),
             });
         }
-        let ttft = estimate::estimate(
-            &g.queue_view(l.max_num_seqs, now),
+        let raw = estimate::estimate(
+            &g.queue_view(l.max_num_seqs, ahead, now),
             &speed(engine, profile.as_deref()),
             d.prompt_tokens,
-        )
-        .calibrated(g.calibration);
+        );
+        let ttft = raw.calibrated(g.factor());
         if let Some(deadline) = d.deadline
             && ttft.total() > deadline
         {
@@ -491,11 +565,11 @@ impl Admission {
             && ttft.total() > objective
         {
             return Err(ApiError::Overloaded {
-                message: objective_message(&ttft, objective, g.running, g.waiting),
+                message: objective_message(&ttft, objective, g.running, ahead.waiting),
                 retry_after: self.clamp(ttft.total() - objective),
             });
         }
-        Ok(ttft)
+        Ok((raw, ttft))
     }
 }
 
@@ -562,17 +636,46 @@ enum TicketState {
 #[derive(Debug)]
 pub struct Ticket {
     adm: Arc<Admission>,
+    tenant: TenantKey,
     tokens: usize,
     prompt_tokens: usize,
     state: TicketState,
+    /// Its first token came: its prompt no longer stands ahead of others.
+    prefilled: bool,
     /// Output tokens the request made, once it finished.
     generated: Option<usize>,
     admitted_at: Instant,
-    /// The estimated wait before its prefill, when it was admitted.
-    estimated_ahead: Duration,
+    /// The time to first token estimated when it was admitted, before
+    /// calibration: what calibration compares the observed one with.
+    raw_ttft: Duration,
+    /// The same, calibrated: what admission held to the objective.
+    estimated_ttft: Duration,
 }
 
 impl Ticket {
+    /// The time to first token admission estimated for it: what
+    /// `x-stoker-ttft-estimate-ms` says and the prediction-ratio histogram
+    /// divides by.
+    pub fn estimated_ttft(&self) -> Duration {
+        self.estimated_ttft
+    }
+
+    /// Its first token came (of any choice): its prefill is done.
+    pub fn first_token(&mut self) {
+        if self.prefilled {
+            return;
+        }
+        self.prefilled = true;
+        let mut g = self.adm.inner.lock().unwrap();
+        g.calibrate(self.raw_ttft, self.admitted_at.elapsed());
+        let prompt = self.prompt_tokens;
+        if self.state == TicketState::Running {
+            g.prefilling_prompt_tokens -= prompt;
+        }
+        g.tenants
+            .update(&self.tenant, |c| c.prefill_tokens -= prompt);
+    }
+
     /// The request finished with this many output tokens (over its choices):
     /// what the estimate takes as the usual output.
     pub fn finished(&mut self, output_tokens: usize) {
@@ -588,7 +691,13 @@ impl Ticket {
             g.waiting_prompt_tokens -= self.prompt_tokens;
             g.running += 1;
             g.running_prompt_tokens += self.prompt_tokens;
-            g.calibrate(self.estimated_ahead, self.admitted_at.elapsed());
+            g.prefilling_prompt_tokens += self.prompt_tokens;
+            let (tokens, prompt) = (self.tokens, self.prompt_tokens);
+            g.tenants.update(&self.tenant, |c| {
+                c.waiting -= 1;
+                c.waiting_tokens -= tokens;
+                c.waiting_prompt_tokens -= prompt;
+            });
             self.state = TicketState::Running;
         }
     }
@@ -597,6 +706,27 @@ impl Ticket {
 impl Drop for Ticket {
     fn drop(&mut self) {
         let mut g = self.adm.inner.lock().unwrap();
+        let (tokens, prompt, waiting, prefilling) = (
+            self.tokens,
+            self.prompt_tokens,
+            self.state == TicketState::Waiting,
+            !self.prefilled,
+        );
+        if prefilling && !waiting {
+            g.prefilling_prompt_tokens -= prompt;
+        }
+        g.tenants.update(&self.tenant, |c| {
+            if prefilling {
+                c.prefill_tokens -= prompt;
+            }
+            if waiting {
+                c.waiting -= 1;
+                c.waiting_tokens -= tokens;
+                c.waiting_prompt_tokens -= prompt;
+            }
+            c.outstanding -= 1;
+            c.active_tokens -= tokens;
+        });
         match self.state {
             TicketState::Waiting => {
                 g.waiting -= 1;

@@ -4,15 +4,18 @@
 use super::*;
 use stoker_schemas::codes::ErrorCode;
 
+/// Calibrated at 1, so estimates are the model's own.
 fn adm(seqs: usize, waiting: usize, tokens: usize) -> Arc<Admission> {
-    Admission::new(AdmissionLimits {
+    let a = Admission::new(AdmissionLimits {
         max_num_seqs: seqs,
         max_waiting_requests: waiting,
         max_waiting_tokens: tokens,
         max_retry_after: Duration::from_secs(60),
         out_of_envelope_factor: 4.0,
         max_ttft: None,
-    })
+    });
+    a.inner.lock().unwrap().calibration = 1.0;
+    a
 }
 
 fn stats() -> EngineStats {
@@ -28,6 +31,7 @@ fn demand(p: usize, m: usize) -> Demand {
         prompt_tokens: p,
         max_tokens: m,
         deadline: None,
+        tenant: TenantKey::new("default", 1),
     }
 }
 
@@ -166,7 +170,7 @@ fn profile_rates_until_live_rates_exist() {
     let mut d = demand(1000, 1);
     d.deadline = Some(Duration::from_millis(500));
     // 1000 prompt tokens at the profile's 500 tok/s: 2 s, past 500 ms.
-    let e = a.admit(d, &stats()).unwrap_err();
+    let e = a.admit(d.clone(), &stats()).unwrap_err();
     assert_eq!(e.code(), ErrorCode::DeadlineInfeasible);
     assert_eq!(a.report(&stats()).prefill_rate_source, "profile");
     // A live rate takes over: 1000 tokens at 10,000 tok/s fit.
@@ -199,7 +203,7 @@ fn infeasible_deadline_is_refused_at_once() {
     };
     let mut d = demand(2000, 1);
     d.deadline = Some(Duration::from_millis(500));
-    let e = a.admit(d, &s).unwrap_err();
+    let e = a.admit(d.clone(), &s).unwrap_err();
     assert_eq!(e.code(), ErrorCode::DeadlineInfeasible);
     assert_eq!(e.retry_after().unwrap().0, Duration::from_millis(1500));
     d.deadline = Some(Duration::from_secs(5));
@@ -211,7 +215,16 @@ mod objective {
     use stoker_executor::scheduler::CostSnapshot;
     use stoker_schemas::codes::ErrorCode;
 
-    fn adm(seqs: usize, objective_ms: Option<u64>) -> Arc<Admission> {
+    /// Calibrated at 1 (as if estimates had proved exact), so the
+    /// arithmetic below is the estimate's own.
+    pub(super) fn adm(seqs: usize, objective_ms: Option<u64>) -> Arc<Admission> {
+        let a = unmeasured(seqs, objective_ms);
+        a.inner.lock().unwrap().calibration = 1.0;
+        a
+    }
+
+    /// A fresh server's admission: nothing measured yet.
+    pub(super) fn unmeasured(seqs: usize, objective_ms: Option<u64>) -> Arc<Admission> {
         Admission::new(AdmissionLimits {
             max_num_seqs: seqs,
             max_waiting_requests: 1024,
@@ -222,9 +235,48 @@ mod objective {
         })
     }
 
+    #[test]
+    fn a_fresh_server_reads_its_estimates_as_late_until_a_first_token_says() {
+        // 1,000 prompt tokens a second; 7 prompts of 250 tokens ahead and
+        // its own: 2 s, read as 3 s unmeasured, past an objective of 2.8 s.
+        let a = unmeasured(64, Some(2800));
+        let s = stats();
+        let mut held: Vec<Ticket> = (0..7)
+            .map(|_| a.admit(demand(250, 10), &s).unwrap())
+            .collect();
+        assert!(a.admit(demand(250, 10), &s).is_err());
+        // The first request's first token came sooner than its estimate
+        // (250 ms) says: admission believes the estimates from then on.
+        held[0].started();
+        a.inner.lock().unwrap().calibration = 0.0;
+        held[0].raw_ttft = Duration::from_millis(250);
+        held[0].admitted_at = Instant::now() - Duration::from_millis(250);
+        held[0].first_token();
+        let f = a.inner.lock().unwrap().factor();
+        assert!((f - 1.0).abs() < 0.1, "{f}");
+        a.admit(demand(250, 10), &s).unwrap();
+    }
+
+    #[test]
+    fn prompts_admitted_and_not_yet_prefilled_stand_ahead() {
+        let a = adm(64, Some(1000));
+        let s = stats();
+        // Three 300-token prompts admitted and started, none prefilled:
+        // 900 ms ahead of the next prompt, within the objective.
+        let mut held: Vec<Ticket> = (0..3)
+            .map(|_| a.admit(demand(300, 10), &s).unwrap())
+            .collect();
+        held.iter_mut().for_each(Ticket::started);
+        assert!(a.admit(demand(300, 10), &s).is_err());
+        // Once two have their first token, only one prompt stands ahead.
+        held[0].first_token();
+        held[1].first_token();
+        a.admit(demand(300, 10), &s).unwrap();
+    }
+
     /// 1,000 prompt tokens a second; a full step of `seqs` rows costs
     /// 4 + 1 ms a row.
-    fn stats() -> EngineStats {
+    pub(super) fn stats() -> EngineStats {
         let mut s = EngineStats {
             kv_blocks_free: 1 << 20,
             kv_blocks_total: 1 << 20,
@@ -244,6 +296,7 @@ mod objective {
             prompt_tokens: p,
             max_tokens: m,
             deadline: None,
+            tenant: TenantKey::new("default", 1),
         }
     }
 
@@ -336,7 +389,7 @@ mod objective {
         // One slot, 1,000 tokens at 5 ms: 5 s before a slot frees.
         let mut d = demand(10, 10);
         d.deadline = Some(Duration::from_secs(4));
-        let e = a.admit(d, &s).unwrap_err();
+        let e = a.admit(d.clone(), &s).unwrap_err();
         assert_eq!(e.code(), ErrorCode::DeadlineInfeasible);
         d.deadline = Some(Duration::from_secs(6));
         a.admit(d, &s).unwrap();
@@ -347,27 +400,35 @@ mod calibration {
     use super::super::*;
 
     fn adm() -> Arc<Admission> {
-        Admission::new(AdmissionLimits {
+        let a = Admission::new(AdmissionLimits {
             max_num_seqs: 1,
             max_waiting_requests: 64,
             max_waiting_tokens: 1 << 30,
             max_retry_after: Duration::from_secs(60),
             out_of_envelope_factor: 4.0,
             max_ttft: Some(Duration::from_millis(3000)),
-        })
+        });
+        a.inner.lock().unwrap().calibration = 1.0;
+        a
     }
 
     #[test]
     fn waits_longer_than_estimated_raise_the_estimate_and_short_ones_lower_it_slowly() {
         let a = adm();
         let mut g = a.inner.lock().unwrap();
+        g.calibration = 0.0;
         let est = Duration::from_secs(1);
+        // Unmeasured, estimates are read as late; the first observation
+        // replaces that guess outright.
+        assert_eq!(g.factor(), UNMEASURED_FACTOR);
+        g.calibrate(est, Duration::from_millis(800));
+        assert!((g.calibration - 0.8).abs() < 1e-9, "{}", g.calibration);
         g.calibrate(est, Duration::from_secs(2));
-        assert!((g.calibration - 1.2).abs() < 1e-9, "{}", g.calibration);
+        assert!((g.calibration - 1.1).abs() < 1e-9, "{}", g.calibration);
         for _ in 0..50 {
             g.calibrate(est, Duration::from_secs(2));
         }
-        assert!(g.calibration > 1.9, "{}", g.calibration);
+        assert!(g.calibration > 1.99, "{}", g.calibration);
         let high = g.calibration;
         g.calibrate(est, Duration::from_millis(500));
         assert!(g.calibration < high && g.calibration > high - 0.05);
@@ -396,23 +457,134 @@ mod calibration {
             prompt_tokens: 10,
             max_tokens: m,
             deadline: None,
+            tenant: TenantKey::new("default", 1),
         };
-        a.shed(&s, None).unwrap();
+        a.shed(&s, &TenantKey::new("default", 1), None).unwrap();
         let mut t = a.admit(demand(400), &s).unwrap();
         t.started();
         // One slot held for 400 tokens at 5 ms: 2 s ahead, within 3 s.
-        a.shed(&s, None).unwrap();
+        a.shed(&s, &TenantKey::new("default", 1), None).unwrap();
         let _queued = a.admit(demand(400), &s).unwrap();
         // Two ahead: 4 s, past the objective for any prompt.
-        let e = a.shed(&s, None).unwrap_err();
+        let e = a.shed(&s, &TenantKey::new("default", 1), None).unwrap_err();
         assert!(e.to_string().contains("admission.max_ttft_ms"), "{e}");
         assert!(a.admit(demand(1), &s).is_err());
         // With a deadline that fails too, the refusal names the deadline.
-        let e = a.shed(&s, Some(Duration::from_millis(100))).unwrap_err();
+        let e = a
+            .shed(
+                &s,
+                &TenantKey::new("default", 1),
+                Some(Duration::from_millis(100)),
+            )
+            .unwrap_err();
         assert_eq!(
             e.code(),
             stoker_schemas::codes::ErrorCode::DeadlineInfeasible,
             "{e}"
+        );
+    }
+}
+
+/// Two tenants of weight 1: a flooding tenant's backlog never refuses the
+/// other, at the queue bounds, the KV headroom and the objective.
+mod tenants {
+    use super::*;
+
+    fn of(tenant: &str, p: usize, m: usize) -> Demand {
+        Demand {
+            prompt_tokens: p,
+            max_tokens: m,
+            deadline: None,
+            tenant: TenantKey::new(tenant, 1),
+        }
+    }
+
+    #[test]
+    fn a_full_queue_of_one_tenant_still_admits_another_within_its_share() {
+        // 1 slot + 2 waiting: A takes all three.
+        let a = adm(1, 2, 10_000);
+        let s = stats();
+        let mut held: Vec<Ticket> = (0..3)
+            .map(|_| a.admit(of("a", 10, 10), &s).unwrap())
+            .collect();
+        held[0].started();
+        let e = a.admit(of("a", 10, 10), &s).unwrap_err();
+        assert!(e.to_string().contains("at capacity"), "{e}");
+        // B is within half of the limit: admitted, once.
+        let _b = a.admit(of("b", 10, 10), &s).unwrap();
+        // Its second request would pass its half (2 of 3): refused.
+        assert!(a.admit(of("b", 10, 10), &s).is_err());
+    }
+
+    #[test]
+    fn waiting_tokens_of_one_tenant_do_not_refuse_another() {
+        let a = adm(1, 100, 1000);
+        let s = stats();
+        let mut first = a.admit(of("a", 100, 100), &s).unwrap();
+        first.started();
+        let _q = a.admit(of("a", 450, 450), &s).unwrap();
+        assert!(a.admit(of("a", 100, 100), &s).is_err());
+        let _b = a.admit(of("b", 100, 100), &s).unwrap();
+    }
+
+    #[test]
+    fn kv_headroom_counts_only_what_is_served_first() {
+        let a = adm(64, 100, 1 << 20);
+        let mut s = stats();
+        s.kv_blocks_free = 25;
+        let mut first = a.admit(of("a", 32, 32), &s).unwrap();
+        first.started();
+        // Two waiting 160-token prompts of A need 20 of the 25 free blocks.
+        let _a: Vec<Ticket> = (0..2)
+            .map(|_| {
+                a.admit(of("a", 160, 32), &s)
+                    .unwrap_or_else(|e| panic!("{e}"))
+            })
+            .collect();
+        // A's next one waits behind all of A's: refused.
+        let e = a.admit(of("a", 160, 32), &s).unwrap_err();
+        assert!(e.to_string().contains("KV cache"), "{e}");
+        // B's short prompt holds less than its share of the outstanding
+        // tokens: the engine preempts A for it, so free blocks do not bound it.
+        let _b = a.admit(of("b", 20, 32), &s).unwrap();
+    }
+}
+
+/// The objective with two tenants: another tenant's backlog counts only by
+/// the share of it the engine serves first.
+mod tenant_objective {
+    use super::objective::{adm, stats};
+    use super::*;
+
+    fn of(tenant: &str, p: usize, m: usize) -> Demand {
+        Demand {
+            prompt_tokens: p,
+            max_tokens: m,
+            deadline: None,
+            tenant: TenantKey::new(tenant, 1),
+        }
+    }
+
+    #[test]
+    fn a_flood_past_the_objective_refuses_its_own_tenant_not_another() {
+        // Objective 3 s, 1,000 prompt tokens a second, plenty of slots: the
+        // eighth of A's 400-token prompts would start after 2.8 s of the
+        // others' prefill.
+        let a = adm(64, Some(3000));
+        let s = stats();
+        let mut first = a.admit(of("a", 400, 32), &s).unwrap();
+        first.started();
+        let _queued: Vec<Ticket> = (0..6)
+            .map(|_| a.admit(of("a", 400, 32), &s).unwrap())
+            .collect();
+        let e = a.admit(of("a", 400, 32), &s).unwrap_err();
+        assert!(e.to_string().contains("admission.max_ttft_ms"), "{e}");
+        // B's 30-token prompt waits for about 30 tokens of A's, not 2,800.
+        let b = a.admit(of("b", 30, 32), &s).unwrap();
+        assert!(
+            b.estimated_ttft() < Duration::from_millis(200),
+            "{:?}",
+            b.estimated_ttft()
         );
     }
 }

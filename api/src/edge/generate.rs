@@ -16,7 +16,7 @@ use stoker_executor::engine::{EngineEvent, FinishReason, Timings, Usage};
 use stoker_executor::{Lane, TokenLogprob};
 use tokio::sync::watch;
 
-use crate::admission::{Demand, Ticket};
+use crate::admission::{Demand, TenantKey, Ticket};
 use crate::backend::{Artifact, Generation, Served};
 use crate::edge::tools::ToolMode;
 use crate::edge::validate::{Echo, Prepared};
@@ -88,17 +88,18 @@ pub async fn start(
     prepared: Prepared,
     deadline: Option<Duration>,
 ) -> Result<Running, ApiError> {
+    let tenant = prepared.request.tenant().0.clone();
     let demand = Demand {
         prompt_tokens: prepared.prompt_tokens(),
         max_tokens: prepared.max_tokens(),
         deadline,
+        tenant: TenantKey::new(&tenant, state.tenancy.weight(&tenant)),
     };
     if let Some(why) = state.admission.out_of_envelope(&demand) {
         served.metrics.record_out_of_envelope(why.as_str());
     }
     // The tenant's quotas first: a tenant over its own budget is refused
     // whatever the server's load.
-    let tenant = prepared.request.tenant().0.clone();
     let quota = state
         .tenancy
         .admit(&tenant, (demand.prompt_tokens + demand.max_tokens) as u64)?;
@@ -191,6 +192,12 @@ async fn submit(
 }
 
 impl Running {
+    /// The time to first token edge admission estimated for it; `None` for
+    /// batch rows, which bypass edge admission.
+    pub fn estimated_ttft(&self) -> Option<Duration> {
+        self.ticket.as_ref().map(Ticket::estimated_ttft)
+    }
+
     /// The executor process generating it, when another process does (the
     /// distributed mode): known once it started, after any re-routing.
     pub fn executor(&self) -> Option<String> {
@@ -263,6 +270,13 @@ impl Running {
                     step: Step::Failed(e),
                 });
             };
+            if matches!(
+                ev,
+                Ok(EngineEvent::Delta { .. } | EngineEvent::Finished { .. })
+            ) && let Some(t) = self.ticket.as_mut()
+            {
+                t.first_token();
+            }
             let step = match ev {
                 Ok(EngineEvent::Started { .. }) => continue,
                 // The prompt is scored once, by the first choice; a sibling's
@@ -408,6 +422,9 @@ pub async fn collect(
                 served
                     .metrics
                     .record_finished(run.lane, reason.as_str(), &usage, &timings);
+                if let Some(e) = run.estimated_ttft() {
+                    served.metrics.record_ttft_prediction(timings.ttft, e);
+                }
                 log_finished(id, reason, &usage, &timings);
                 let choices = parts
                     .into_iter()

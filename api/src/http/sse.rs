@@ -243,6 +243,7 @@ impl Drop for RowOnDrop {
 /// `Running`, which cancels the sequence and frees its KV blocks.
 pub fn response(run: Running, app: AppState, kind: Kind, env: Envelope, slot: LogSlot) -> Response {
     let queue_ms = run.queue.as_millis() as u64;
+    let estimate = run.estimated_ttft();
     let chunker = Chunker {
         kind,
         env,
@@ -345,6 +346,9 @@ pub fn response(run: Running, app: AppState, kind: Kind, env: Envelope, slot: Lo
                     if let Some(s) = st.app.served() {
                         s.metrics
                             .record_finished(st.run.lane, reason.as_str(), &usage, &timings);
+                        if let Some(e) = st.run.estimated_ttft() {
+                            s.metrics.record_ttft_prediction(timings.ttft, e);
+                        }
                     }
                     st.log.slot.finished(reason.as_str(), &usage, &timings);
                     crate::edge::generate::log_finished(
@@ -390,5 +394,19 @@ pub fn response(run: Running, app: AppState, kind: Kind, env: Envelope, slot: Lo
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     h.insert("x-stoker-queue-ms", HeaderValue::from(queue_ms));
+    if let Some(e) = estimate {
+        h.insert(TTFT_ESTIMATE_HEADER, ttft_estimate_value(e));
+    }
     resp
+}
+
+/// The time to first token edge admission estimated for an admitted
+/// request, in milliseconds: what a load generator puts beside the TTFT it
+/// observed (`stoker bench scenario` reports the ratio).
+pub const TTFT_ESTIMATE_HEADER: &str = "x-stoker-ttft-estimate-ms";
+
+/// The estimate as the header's value, in milliseconds with one decimal.
+pub fn ttft_estimate_value(d: std::time::Duration) -> HeaderValue {
+    HeaderValue::try_from(format!("{:.1}", d.as_secs_f64() * 1e3))
+        .expect("a number is a valid header value")
 }

@@ -310,6 +310,7 @@ impl JobServer {
             prompt_tokens: job.prompt.len(),
             max_tokens: job.sampling.max_tokens as usize,
             deadline: None,
+            tenant: crate::admission::TenantKey::new(&job.tenant, job.tenant_weight),
         };
         let ticket = self
             .state

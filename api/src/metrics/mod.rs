@@ -70,6 +70,18 @@ fn itl_histogram() -> Histogram {
     ])
 }
 
+/// Observed / predicted time to first token: 1 is a perfect estimate,
+/// above 1 an optimistic one (the objective then does not hold).
+fn ratio_histogram() -> Histogram {
+    Histogram::new([
+        0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0,
+    ])
+}
+
+/// Below this predicted TTFT the ratio says nothing (a few ms of scheduling
+/// noise over a 1 ms estimate would read as 5x): not observed.
+const RATIO_FROM: Duration = Duration::from_millis(10);
+
 type Hist = Family<LaneLabels, Histogram, fn() -> Histogram>;
 
 pub struct Metrics {
@@ -93,6 +105,7 @@ pub struct Metrics {
     rejected: Family<RejectLabels, Counter>,
     out_of_envelope: Family<EnvelopeLabels, Counter>,
     edge_waiting: Family<ModelLabels, Gauge>,
+    ttft_prediction: Family<ModelLabels, Histogram, fn() -> Histogram>,
     /// Engine counters as last copied, to turn totals into increments.
     last: Mutex<EngineStats>,
     /// The step planner's figures, encoded by [`steps::StepCollector`].
@@ -140,6 +153,7 @@ impl Metrics {
             rejected: Family::default(),
             out_of_envelope: Family::default(),
             edge_waiting: Family::default(),
+            ttft_prediction: Family::new_with_constructor(ratio_histogram as fn() -> Histogram),
             last: Mutex::new(EngineStats::default()),
             steps: Arc::default(),
             registry: Registry::default(),
@@ -234,6 +248,12 @@ impl Metrics {
             m.out_of_envelope.clone(),
         );
         registry.register(
+            "admission_ttft_prediction_ratio",
+            "Observed time to first token over the one edge admission estimated when it \
+             admitted the request (estimates under 10 ms are not observed)",
+            m.ttft_prediction.clone(),
+        );
+        registry.register(
             "api_requests_waiting",
             "Requests admitted at the edge and not yet scheduled",
             m.edge_waiting.clone(),
@@ -257,6 +277,17 @@ impl Metrics {
                 code: code.as_str().to_string(),
             })
             .inc();
+    }
+
+    /// Observes how the time to first token compared with admission's
+    /// estimate for it.
+    pub fn record_ttft_prediction(&self, observed: Duration, predicted: Duration) {
+        if predicted < RATIO_FROM {
+            return;
+        }
+        self.ttft_prediction
+            .get_or_create(&self.model)
+            .observe(observed.as_secs_f64() / predicted.as_secs_f64());
     }
 
     /// Counts a request outside the capacity profile's measured workload.

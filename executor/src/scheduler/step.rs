@@ -37,7 +37,12 @@
 //! the target (continuous batching, not waves). A step never comes
 //! out empty while work can run: if nothing fits the targets, the oldest
 //! candidate still gets one token. Admissions skip prefix-cached full
-//! blocks, always compute at least the last token so its logits exist, go
+//! blocks, always compute at least the last token so its logits exist, are
+//! admitted only when the free pool holds their whole prompt beside the
+//! blocks running sequences still need for tokens they hold (unlike vLLM,
+//! which admits on the first chunk's blocks: under a flood of long prompts
+//! that admitted prefills the pool could not finish, and each was preempted
+//! for the next one's blocks and computed again), go
 //! interactive before batch, the least-served tenant first with fair share
 //! and round-robin a request at a time without ([`super::queue`]; a sequence
 //! that scores its prompt takes no cached blocks), and are skipped in a step
@@ -135,7 +140,8 @@ fn tighter(a: Option<f64>, b: Option<f64>) -> Option<f64> {
 
 /// What stops the head of a waiting queue from being admitted.
 enum Blocked {
-    /// Not enough pool blocks for its first chunk.
+    /// Not enough pool blocks for its whole prompt beside the prompts
+    /// running sequences still have to compute.
     Blocks { needed: usize },
     /// The batch lane's block share is exhausted, by `over` blocks.
     LaneShare { over: usize },
@@ -557,10 +563,15 @@ impl Scheduler {
             });
         }
         let revived = cached.iter().filter(|&&b| self.kv.refcount(b) == 0).count();
-        if new_blocks > self.kv.num_available() - revived {
-            return Err(Blocked::Blocks {
-                needed: new_blocks + revived,
-            });
+        // Admitted only if its whole prompt fits beside what the running
+        // sequences still have to compute: a first chunk that fits while
+        // the rest of the prompt does not only starts a preemption cycle
+        // (admit, prefill part, be preempted for another's next block,
+        // re-admit), which under a flood of long prompts took most steps.
+        let whole = blocks_for(total) - cached.len();
+        let needed = whole.max(new_blocks) + revived + self.blocks_still_needed();
+        if needed > self.kv.num_available() {
+            return Err(Blocked::Blocks { needed });
         }
 
         self.take_waiting(id);
@@ -582,6 +593,20 @@ impl Scheduler {
         self.running[lane].insert(pos, id);
         self.grant(id, want, step);
         Ok(())
+    }
+
+    /// Blocks the running sequences still need for the tokens they hold and
+    /// have not computed (the rest of a prompt, a re-admitted sequence's
+    /// output, a decoder's next token).
+    fn blocks_still_needed(&self) -> usize {
+        Lane::ALL
+            .iter()
+            .flat_map(|&lane| self.running[lane].iter())
+            .map(|id| {
+                let s = &self.seqs[id];
+                blocks_for(s.tokens.len()).saturating_sub(s.block_table.len())
+            })
+            .sum()
     }
 
     /// Allocates blocks for `len` more tokens of `id` and adds its chunk.

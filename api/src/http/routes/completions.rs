@@ -11,6 +11,7 @@ use stoker_schemas::openai::{
     CompletionChoice, CompletionRequest,
 };
 
+use crate::admission::TenantKey;
 use crate::auth::{ForInference, Scoped};
 use crate::edge::generate;
 use crate::edge::reqlog::LogSlot;
@@ -55,7 +56,13 @@ pub async fn chat_completions(
     slot.tenant(&principal.tenant);
     let target = route(&state, &slot, &req.model, req.user.as_deref()).await?;
     let deadline = validate::deadline(&headers)?;
-    shed(&state, &target, req.service_tier.as_deref(), deadline)?;
+    shed(
+        &state,
+        &target,
+        &principal.tenant,
+        req.service_tier.as_deref(),
+        deadline,
+    )?;
     let prepared = validate::chat(req, &principal.tenant, &target)?;
     run(state.clone(), target, slot, prepared, deadline, Kind::Chat).await
 }
@@ -66,13 +73,16 @@ pub async fn chat_completions(
 fn shed(
     state: &AppState,
     target: &Target,
+    tenant: &str,
     tier: Option<&str>,
     deadline: Option<std::time::Duration>,
 ) -> Result<(), ApiError> {
     match validate::lane_of(tier) {
-        Ok(Lane::Interactive) => state
-            .admission
-            .shed(&target.served.backend.stats(), deadline),
+        Ok(Lane::Interactive) => state.admission.shed(
+            &target.served.backend.stats(),
+            &TenantKey::new(tenant, state.tenancy.weight(tenant)),
+            deadline,
+        ),
         // The batch lane skips edge admission; a bad tier is named later.
         Ok(Lane::Batch) | Err(_) => Ok(()),
     }
@@ -123,7 +133,13 @@ pub async fn completions(
     slot.tenant(&principal.tenant);
     let target = route(&state, &slot, &req.model, req.user.as_deref()).await?;
     let deadline = validate::deadline(&headers)?;
-    shed(&state, &target, req.service_tier.as_deref(), deadline)?;
+    shed(
+        &state,
+        &target,
+        &principal.tenant,
+        req.service_tier.as_deref(),
+        deadline,
+    )?;
     let prepared = validate::completion(req, &principal.tenant, &target)?;
     run(
         state.clone(),
@@ -175,6 +191,7 @@ async fn run(
         return Ok(resp);
     }
     let queue_ms = running.queue.as_millis() as u64;
+    let estimate = running.estimated_ttft();
     let c = generate::collect(&env.id, running, &state, served).await?;
     slot.finished(c.reason.as_str(), &c.usage, &c.timings);
     let tok = served.artifact.clone();
@@ -184,6 +201,10 @@ async fn run(
     };
     resp.headers_mut()
         .insert("x-stoker-queue-ms", HeaderValue::from(queue_ms));
+    if let Some(e) = estimate {
+        resp.headers_mut()
+            .insert(sse::TTFT_ESTIMATE_HEADER, sse::ttft_estimate_value(e));
+    }
     resp.extensions_mut().insert(target.provenance);
     Ok(resp)
 }
