@@ -157,7 +157,7 @@ async fn first_start_records_the_default_deployment_revision_and_executor() {
     // (fitted on them, the model priced a prompt token at tens of ms).
     let p = &adm["planner"];
     assert_eq!(p["interactive_itl_mode"], "relative", "{adm}");
-    assert_eq!(p["interactive_itl_factor"], 2.0, "{adm}");
+    assert_eq!(p["interactive_itl_factor"], 1.6, "{adm}");
     assert_eq!(p["batch_step_target_ms"], 60.0, "{adm}");
     assert_eq!(p["step_cost"]["observations"], 0, "{adm}");
     assert!(

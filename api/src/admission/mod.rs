@@ -80,6 +80,9 @@ struct Inner {
     profile: Option<Arc<EnvelopeLimits>>,
     /// Each tenant's part of the counters above (see [`share`]).
     tenants: Tenants,
+    /// When the last refused request was told to come back (see
+    /// [`Admission::spread`]).
+    retry_slot: Option<Instant>,
 }
 
 const RATE_WINDOW: Duration = Duration::from_secs(30);
@@ -134,7 +137,7 @@ const CALIBRATION: (f64, f64) = (0.5, 4.0);
 pub const UNMEASURED_FACTOR: f64 = 1.5;
 /// Steps toward a ratio above and below the factor (see [`Inner::calibrate`]).
 const CALIBRATE_UP: f64 = 0.25;
-const CALIBRATE_DOWN: f64 = 0.01;
+const CALIBRATE_DOWN: f64 = 0.005;
 
 impl Inner {
     /// The factor estimates are scaled by now.
@@ -148,8 +151,10 @@ impl Inner {
 
     /// Learns from a request whose first token came `actual` after its
     /// admission where the uncalibrated estimate said `estimated`: the
-    /// factor moves up fast and down slowly (steps of 0.25 and 0.01 of the
-    /// gap), so it settles near the 96th percentile of the ratio, and the
+    /// factor moves up fast and down slowly (steps of 0.25 and 0.005 of the
+    /// gap), so it settles near the 98th percentile of the ratio (at 0.01,
+    /// the 96th left accepted requests' TTFT p99 5-10 % past the objective
+    /// in the overload scenarios), and the
     /// objective then holds for the tail of admitted requests, not half of
     /// them. The first observation replaces the unmeasured factor outright.
     fn calibrate(&mut self, estimated: Duration, actual: Duration) {
@@ -379,6 +384,26 @@ impl Admission {
         })
     }
 
+    /// The `Retry-After` of an overload refusal: at least `base` (when this
+    /// request would fit, were nothing else to arrive), and after the
+    /// requests refused before it, spaced at the measured drain rate. Every
+    /// refused client told the same short wait comes back at the same
+    /// moment and meets the same full queue (in a burst of 256 clients, 21
+    /// of 3,076 retries got in); spaced, each retry comes when a request has
+    /// finished since the one before it. Capped at `max_retry_after`.
+    fn spread(&self, g: &mut Inner, base: Duration, rate: f64, now: Instant) -> RetryAfter {
+        let gap = if rate > 0.0 {
+            Duration::from_secs_f64((1.0 / rate).min(60.0))
+        } else {
+            Duration::from_secs(1)
+        };
+        let slot = g.retry_slot.filter(|s| *s > now).unwrap_or(now);
+        let at = slot.max(now + base);
+        let after = self.clamp(at - now);
+        g.retry_slot = Some(now + after.0 + gap);
+        after
+    }
+
     fn clamp(&self, d: Duration) -> RetryAfter {
         RetryAfter(d.clamp(Duration::from_millis(100), self.limits.max_retry_after))
     }
@@ -496,7 +521,10 @@ impl Admission {
             };
             return Err(ApiError::Overloaded {
                 message,
-                retry_after: self.clamp(drain(excess, g)),
+                retry_after: {
+                    let base = drain(excess, g);
+                    self.spread(g, base, rate, now)
+                },
             });
         }
         if let Some(p) = profile.as_deref()
@@ -510,7 +538,10 @@ impl Admission {
                      measured envelope of {} (capacity profile `{}`); retry later",
                     g.active_tokens, tokens, p.active_tokens, p.workload
                 ),
-                retry_after: self.clamp(drain(outstanding.max(1), g)),
+                retry_after: {
+                    let base = drain(outstanding.max(1), g);
+                    self.spread(g, base, rate, now)
+                },
             });
         }
         if g.waiting > 0
@@ -522,7 +553,10 @@ impl Admission {
                     "the waiting queue holds {} tokens; this request's {} would pass the bound of {}",
                     g.waiting_tokens, tokens, l.max_waiting_tokens
                 ),
-                retry_after: self.clamp(drain(g.waiting.max(1), g)),
+                retry_after: {
+                    let base = drain(g.waiting.max(1), g);
+                    self.spread(g, base, rate, now)
+                },
             });
         }
         let blocks = |t: usize| t.div_ceil(BLOCK_SIZE);
@@ -539,7 +573,10 @@ impl Admission {
             return Err(ApiError::Overloaded {
                 message: "the KV cache has no headroom for more waiting prompts; retry later"
                     .into(),
-                retry_after: self.clamp(drain(g.waiting.max(1), g)),
+                retry_after: {
+                    let base = drain(g.waiting.max(1), g);
+                    self.spread(g, base, rate, now)
+                },
             });
         }
         let raw = estimate::estimate(
@@ -566,7 +603,7 @@ impl Admission {
         {
             return Err(ApiError::Overloaded {
                 message: objective_message(&ttft, objective, g.running, ahead.waiting),
-                retry_after: self.clamp(ttft.total() - objective),
+                retry_after: self.spread(g, ttft.total() - objective, rate, now),
             });
         }
         Ok((raw, ttft))

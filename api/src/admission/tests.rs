@@ -588,3 +588,19 @@ mod tenant_objective {
         );
     }
 }
+
+#[test]
+fn refused_requests_are_told_to_come_back_one_after_another() {
+    let a = adm(1, 1, 10_000);
+    let s = stats();
+    let mut t1 = a.admit(demand(10, 10), &s).unwrap();
+    t1.started();
+    let _t2 = a.admit(demand(10, 10), &s).unwrap();
+    let after = |e: ApiError| e.retry_after().expect("a Retry-After").0;
+    let r1 = after(a.admit(demand(10, 10), &s).unwrap_err());
+    let r2 = after(a.admit(demand(10, 10), &s).unwrap_err());
+    let r3 = after(a.admit(demand(10, 10), &s).unwrap_err());
+    // Nothing finished yet, so no drain rate: a second apart.
+    assert!(r2 >= r1 + Duration::from_millis(990), "{r1:?} {r2:?}");
+    assert!(r3 >= r2 + Duration::from_millis(990), "{r2:?} {r3:?}");
+}

@@ -81,7 +81,7 @@ impl Default for PlannerConfig {
     fn default() -> Self {
         PlannerConfig {
             interactive_itl_ms: 0.0,
-            interactive_itl_factor: 2.0,
+            interactive_itl_factor: 1.6,
             batch_step_ms: 60.0,
             min_prefill_chunk: 32,
         }
