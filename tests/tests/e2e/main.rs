@@ -16,6 +16,7 @@ mod control;
 mod disk_full;
 mod distributed;
 mod drain;
+mod guarantees;
 mod harness;
 mod hf_dir;
 mod logs;
