@@ -295,6 +295,7 @@ fn until_decoding(s: &mut Scheduler, ids: &[u64]) {
 fn batch_work_fills_only_the_slack_the_interactive_target_leaves() {
     let mut s = planned(PlannerConfig {
         batch_step_ms: 0.0,
+        interactive_itl_factor: 2.0,
         ..PlannerConfig::default()
     });
     for id in 1..=2 {
