@@ -10,7 +10,8 @@ use super::stats::{Dist, Summary};
 
 type Series = (&'static str, RGBColor, fn(&Summary) -> Option<f64>);
 
-fn p(d: &Option<Dist>, f: fn(&Dist) -> f64) -> Option<f64> {
+/// A percentile of `d` picked by `f`, when `d` was measured and finite.
+pub(crate) fn p(d: &Option<Dist>, f: fn(&Dist) -> f64) -> Option<f64> {
     d.as_ref().map(f).filter(|v| v.is_finite())
 }
 

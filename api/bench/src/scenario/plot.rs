@@ -9,13 +9,9 @@ use plotters::prelude::*;
 
 use super::figures::TenantFigures;
 use super::report::ScenarioReport;
-use crate::stats::Dist;
+use crate::plot::p;
 
 type Series = (&'static str, RGBColor, fn(&TenantFigures) -> Option<f64>);
-
-fn p(d: &Option<Dist>, f: fn(&Dist) -> f64) -> Option<f64> {
-    d.as_ref().map(f).filter(|v| v.is_finite())
-}
 
 const LATENCY: [Series; 4] = [
     ("TTFT p50", RGBColor(31, 119, 180), |t| {
