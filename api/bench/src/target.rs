@@ -91,6 +91,9 @@ pub struct Outcome {
     /// The server's admission estimate of TTFT in ms (`x-stoker-ttft-estimate-ms`).
     pub predicted_ttft_ms: Option<f64>,
     pub failure: Option<Failure>,
+    /// When this is a retry: how long the server took to refuse the first
+    /// send (whose outcome this one replaces).
+    pub refused_first_in: Option<Duration>,
 }
 
 impl Outcome {
@@ -108,6 +111,7 @@ impl Outcome {
             revision: None,
             predicted_ttft_ms: None,
             failure: None,
+            refused_first_in: None,
         }
     }
 

@@ -60,6 +60,12 @@ pub struct TenantFigures {
     /// Failures by `STATUS code` (`503 server_overloaded`), or by code alone
     /// when no status came (`timeout`, `connect`).
     pub failures: BTreeMap<String, u64>,
+    /// How long the server took to answer with a refusal (4xx or 5xx):
+    /// from the send to the status line, over every refusal, retried ones
+    /// too. Admission promises it in under
+    /// 50 ms under overload, so that refusing costs less than serving.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refusal_ms: Option<Dist>,
     /// Refusals with `Retry-After` sent again (`retry = true`).
     pub retried: u64,
     /// Of those, the ones the retry got accepted.
@@ -172,13 +178,21 @@ pub fn of(t: &Tenant, r: &TenantRun) -> TenantFigures {
     );
     let mut failures = BTreeMap::new();
     let mut refused = 0;
-    for f in r.outcomes.iter().filter_map(|o| o.failure.as_ref()) {
+    let mut refusal_ms = Vec::new();
+    for o in &r.outcomes {
+        if let Some(d) = o.refused_first_in {
+            refusal_ms.push(ms(d));
+        }
+        let Some(f) = &o.failure else { continue };
         let key = match f.status {
             Some(st) if st != 200 => format!("{st} {}", f.code),
             _ => f.code.clone(),
         };
         *failures.entry(key).or_insert(0) += 1;
-        refused += u64::from(f.status.is_some_and(|st| st >= 400));
+        if f.status.is_some_and(|st| st >= 400) {
+            refused += 1;
+            refusal_ms.push(ms(o.end - o.start));
+        }
     }
     let good = r
         .outcomes
@@ -193,6 +207,7 @@ pub fn of(t: &Tenant, r: &TenantRun) -> TenantFigures {
         completed: s.completed,
         refused,
         failures,
+        refusal_ms: Dist::of(refusal_ms),
         retried: r.retried,
         accepted_on_first_retry: r.accepted_on_first_retry,
         duration_s: s.duration_s,

@@ -61,6 +61,7 @@ pub struct RawSlo {
     pub itl_p99_ratio: Option<Spanned<f64>>,
     pub throughput_ratio_min: Option<Spanned<f64>>,
     pub max_refused: Option<Spanned<i64>>,
+    pub refusal_p99_ms: Option<Spanned<f64>>,
     pub baseline: Option<Spanned<String>>,
 }
 

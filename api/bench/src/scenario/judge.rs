@@ -131,6 +131,12 @@ pub fn verdicts(s: &Scenario, phases: &[PhaseFigures], ratios: &[Ratios]) -> Vec
                 Some(f.refused as f64),
                 true,
             );
+            // Nothing refused: nothing was refused slowly.
+            let refusal = match &f.refusal_ms {
+                None => Some(0.0),
+                some => p(some, |d| d.p99),
+            };
+            add("refusal_p99_ms", slo.refusal_p99_ms, refusal, true);
             if let Some(r) = ratios
                 .iter()
                 .find(|r| r.tenant == t.name && r.phase == phase.name)

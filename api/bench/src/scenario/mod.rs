@@ -37,6 +37,7 @@
 //! itl_p50_ms = 100
 //! itl_p99_ms = 300
 //! max_refused = 0                # 4xx/5xx answers allowed per phase
+//! refusal_p99_ms = 50            # p99 from send to a 4xx/5xx status (none refused: met)
 //! ttft_p99_ratio = 2.0           # ratios: in every phase but the baseline
 //! itl_p50_ratio = 2.0
 //! itl_p99_ratio = 2.0

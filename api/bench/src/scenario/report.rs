@@ -103,6 +103,15 @@ fn tenant_rows(out: &mut String, t: &TenantFigures) {
         let list: Vec<String> = t.failures.iter().map(|(c, n)| format!("{c} {n}")).collect();
         let _ = writeln!(out, "  {:<10} failures: {}", "", list.join(", "));
     }
+    if let Some(d) = &t.refusal_ms {
+        let _ = writeln!(
+            out,
+            "  {:<10} refused in p50/p90/p99 {} ms (max {:.1})",
+            "",
+            three(&t.refusal_ms),
+            d.max
+        );
+    }
     if t.retried > 0 {
         let _ = writeln!(
             out,

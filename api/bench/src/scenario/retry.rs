@@ -55,7 +55,8 @@ impl RetryOnce {
         };
         self.retried.fetch_add(1, Ordering::Relaxed);
         tokio::time::sleep(wait.min(MAX_WAIT)).await;
-        let second = self.inner.send(p).await;
+        let mut second = self.inner.send(p).await;
+        second.refused_first_in = Some(first.end - first.start);
         if second.ok() {
             self.accepted.fetch_add(1, Ordering::Relaxed);
         }

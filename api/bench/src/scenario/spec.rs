@@ -52,6 +52,9 @@ pub struct TenantSlo {
     pub itl_p99_ratio: Option<f64>,
     pub throughput_ratio_min: Option<f64>,
     pub max_refused: Option<u64>,
+    /// How fast a refusal must come: p99 of the time from the send to a
+    /// 4xx/5xx status. A phase with no refusal meets it.
+    pub refusal_p99_ms: Option<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq)]

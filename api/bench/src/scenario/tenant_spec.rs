@@ -205,6 +205,7 @@ impl Check<'_> {
             ttft_p99_ms: positive(&s.ttft_p99_ms, "ttft_p99_ms")?,
             itl_p50_ms: positive(&s.itl_p50_ms, "itl_p50_ms")?,
             itl_p99_ms: positive(&s.itl_p99_ms, "itl_p99_ms")?,
+            refusal_p99_ms: positive(&s.refusal_p99_ms, "refusal_p99_ms")?,
             ttft_p99_ratio: positive(&s.ttft_p99_ratio, "ttft_p99_ratio")?,
             itl_p50_ratio: positive(&s.itl_p50_ratio, "itl_p50_ratio")?,
             itl_p99_ratio: positive(&s.itl_p99_ratio, "itl_p99_ratio")?,
@@ -229,6 +230,7 @@ impl Check<'_> {
                 ("ttft_p99_ratio", &s.ttft_p99_ratio),
                 ("itl_p50_ratio", &s.itl_p50_ratio),
                 ("itl_p99_ratio", &s.itl_p99_ratio),
+                ("refusal_p99_ms", &s.refusal_p99_ms),
             ];
             if let Some((field, Some(v))) = latency.iter().find(|(_, v)| v.is_some()) {
                 return Err(src.refuse(

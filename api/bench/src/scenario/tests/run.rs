@@ -36,7 +36,8 @@ async fn stream(p: &Planned, ttft: Duration) -> Outcome {
 }
 
 /// Tenant A: TTFT 20 ms with an estimate of 10 ms; requests 5, 15, 25, ...
-/// are refused with Retry-After 1 s the first time they are sent.
+/// are refused, 3 ms after the send, with Retry-After 1 s the first time
+/// they are sent.
 struct Flood {
     refused: Mutex<HashSet<u64>>,
     started: Arc<AtomicU64>,
@@ -48,6 +49,8 @@ impl Target for Flood {
             self.started.fetch_add(1, Ordering::Relaxed);
             if p.index % 10 == 5 && self.refused.lock().unwrap().insert(p.index) {
                 let mut o = Outcome::new(&p);
+                tokio::time::sleep(Duration::from_millis(3)).await;
+                o.end = Instant::now();
                 o.failure = Some(Failure {
                     code: "server_overloaded".into(),
                     status: Some(503),
@@ -138,6 +141,7 @@ retry = true
 [tenant.slo]
 ttft_p99_ms = 25
 max_refused = 0
+refusal_p99_ms = 50
 
 [[tenant]]
 name = "B"
@@ -223,6 +227,10 @@ async fn ratios_and_verdicts_of_two_tenants_in_two_phases() {
     assert!(a.retried > 0);
     assert_eq!(a.accepted_on_first_retry, a.retried);
     assert_eq!((a.refused, a.completed), (0, a.requests));
+    // Each refusal took 3 ms; retried ones count.
+    let refusals = a.refusal_ms.unwrap();
+    assert!(near(refusals.p99, 3.0, 0.01), "{refusals:?}");
+    assert!(b_together.refusal_ms.is_none());
     let p = a.ttft_over_predicted.unwrap();
     assert!(near(p.p50, 2.0, 0.05) && near(p.p99, 2.0, 0.05), "{p:?}");
     assert!(b_together.ttft_over_predicted.is_none());
@@ -238,6 +246,7 @@ async fn ratios_and_verdicts_of_two_tenants_in_two_phases() {
             ("B", "alone", "max_refused", true),
             ("A", "together", "ttft_p99_ms", true),
             ("A", "together", "max_refused", true),
+            ("A", "together", "refusal_p99_ms", true),
             ("B", "together", "max_refused", true),
             ("B", "together", "ttft_p99_ratio", false),
             ("B", "together", "itl_p50_ratio", true),
@@ -251,7 +260,7 @@ async fn ratios_and_verdicts_of_two_tenants_in_two_phases() {
         text.contains("FAIL  B          together     ttft_p99_ratio        3.0"),
         "{text}"
     );
-    assert!(text.contains("FAIL: 6 of 7 SLOs held"), "{text}");
+    assert!(text.contains("FAIL: 7 of 8 SLOs held"), "{text}");
     let table = phase_table(&r.phases[1]);
     assert!(
         table.contains("TTFT observed / predicted: p50 2.00"),
