@@ -159,6 +159,7 @@ async fn first_start_records_the_default_deployment_revision_and_executor() {
     assert_eq!(p["interactive_itl_mode"], "relative", "{adm}");
     assert_eq!(p["interactive_itl_factor"], 1.6, "{adm}");
     assert_eq!(p["batch_step_target_ms"], 60.0, "{adm}");
+    assert_eq!(p["batch_step_beside_chat_ms"], 40.0, "{adm}");
     assert_eq!(p["step_cost"]["observations"], 0, "{adm}");
     assert!(
         p["step_cost"]["per_token_ms"].as_f64().unwrap() > 0.0,

@@ -250,6 +250,8 @@ pub struct PlannerReport {
     /// no interactive sequence was decoding in it.
     pub interactive_itl_in_force_ms: Option<f64>,
     pub batch_step_target_ms: Option<f64>,
+    /// The limit on a step of batch work alone while chat is about.
+    pub batch_step_beside_chat_ms: Option<f64>,
     /// The limit the last step packed batch work to.
     pub batch_limit_in_force_ms: Option<f64>,
     pub min_prefill_chunk: usize,
@@ -275,6 +277,7 @@ impl PlannerReport {
             interactive_itl_factor: positive(c.interactive_itl_factor),
             interactive_itl_in_force_ms: p.last.interactive_ms,
             batch_step_target_ms: positive(c.batch_step_ms),
+            batch_step_beside_chat_ms: positive(c.batch_step_beside_chat_ms),
             batch_limit_in_force_ms: p.last.batch_ms,
             min_prefill_chunk: c.min_prefill_chunk,
             step_cost: p.cost,

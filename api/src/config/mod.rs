@@ -282,6 +282,9 @@ pub struct EngineSection {
     pub itl_target_factor: f64,
     /// Batch work fills a step only up to this many predicted ms (0: none).
     pub batch_step_target_ms: f64,
+    /// While chat traffic is about, a step of batch work alone takes at most
+    /// this many predicted ms, running rows included (0: no such limit).
+    pub batch_step_beside_chat_ms: f64,
     /// The first interactive prefill of a step gets at least this many tokens.
     pub min_prefill_chunk: usize,
     /// `position` (default): a row's order depends on its position alone, so
@@ -306,6 +309,7 @@ impl Default for EngineSection {
             itl_target_ms: e.planner.interactive_itl_ms,
             itl_target_factor: e.planner.interactive_itl_factor,
             batch_step_target_ms: e.planner.batch_step_ms,
+            batch_step_beside_chat_ms: e.planner.batch_step_beside_chat_ms,
             min_prefill_chunk: e.planner.min_prefill_chunk,
             attention_order: e.attention_order,
         }
@@ -319,6 +323,7 @@ impl EngineSection {
             interactive_itl_ms: self.itl_target_ms,
             interactive_itl_factor: self.itl_target_factor,
             batch_step_ms: self.batch_step_target_ms,
+            batch_step_beside_chat_ms: self.batch_step_beside_chat_ms,
             min_prefill_chunk: self.min_prefill_chunk,
         }
     }
@@ -502,13 +507,19 @@ impl Config {
             ));
         }
         let e = &self.engine;
-        let targets_ok = [e.itl_target_ms, e.itl_target_factor, e.batch_step_target_ms]
-            .iter()
-            .all(|t| t.is_finite() && *t >= 0.0)
+        let targets_ok = [
+            e.itl_target_ms,
+            e.itl_target_factor,
+            e.batch_step_target_ms,
+            e.batch_step_beside_chat_ms,
+        ]
+        .iter()
+        .all(|t| t.is_finite() && *t >= 0.0)
             && (e.itl_target_factor == 0.0 || e.itl_target_factor >= 1.0);
         if !targets_ok {
             return Err(ConfigError::Invalid(
-                "engine.itl_target_ms and engine.batch_step_target_ms must be finite and >= 0, \
+                "engine.itl_target_ms, engine.batch_step_target_ms and \
+                 engine.batch_step_beside_chat_ms must be finite and >= 0, \
                  and engine.itl_target_factor 0 or at least 1"
                     .into(),
             ));

@@ -120,6 +120,7 @@ fn unknown_and_malformed_keys_are_errors() {
         "itl_target_factor = 0.5",
         "itl_target_ms = -1.0",
         "batch_step_target_ms = nan",
+        "batch_step_beside_chat_ms = -5.0",
     ] {
         std::fs::write(&f, format!("[engine]\n{bad}\n")).unwrap();
         let e = Config::load_from(Some(&f), env_of(&[]), &Overrides::default()).unwrap_err();

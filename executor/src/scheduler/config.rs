@@ -62,10 +62,24 @@ pub struct PlannerConfig {
     /// batch step (0: no target). Running batch rows answer only to the
     /// interactive target and `batch_max_step_tokens`.
     pub batch_step_ms: f64,
+    /// While interactive traffic is about (a sequence waiting or running in
+    /// the interactive lane now or within the last [`NEAR_CHAT_STEPS`]
+    /// steps), a step without interactive decoders, the batch lane's own,
+    /// takes at most this many predicted ms, its running rows included (0:
+    /// no such limit). A chat request arriving behind a batch step waits
+    /// for the rest of it: a closed-loop client sends its next request as
+    /// the previous one ends, so it arrives just after such a step began
+    /// and waits nearly all of it.
+    pub batch_step_beside_chat_ms: f64,
     /// The first interactive prefill of a step gets at least this many
     /// tokens even past the target, so a new prompt starts within one step.
     pub min_prefill_chunk: usize,
 }
+
+/// Steps after the last interactive sequence left during which the batch
+/// lane still keeps its steps to `batch_step_beside_chat_ms` (about a
+/// second of such steps: a chat's next turn usually comes sooner).
+pub const NEAR_CHAT_STEPS: u64 = 32;
 
 impl PlannerConfig {
     /// No time targets: steps are bounded by token budgets alone.
@@ -73,6 +87,7 @@ impl PlannerConfig {
         interactive_itl_ms: 0.0,
         interactive_itl_factor: 0.0,
         batch_step_ms: 0.0,
+        batch_step_beside_chat_ms: 0.0,
         min_prefill_chunk: 0,
     };
 }
@@ -83,6 +98,7 @@ impl Default for PlannerConfig {
             interactive_itl_ms: 0.0,
             interactive_itl_factor: 1.6,
             batch_step_ms: 60.0,
+            batch_step_beside_chat_ms: 40.0,
             min_prefill_chunk: 32,
         }
     }
@@ -167,6 +183,7 @@ impl SchedulerConfig {
             p.interactive_itl_ms,
             p.interactive_itl_factor,
             p.batch_step_ms,
+            p.batch_step_beside_chat_ms,
         ]
         .iter()
         .all(|t| t.is_finite() && *t >= 0.0)

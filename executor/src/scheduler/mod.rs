@@ -37,7 +37,7 @@ pub mod step;
 
 use std::collections::HashMap;
 
-pub use config::{ConfigError, LaneLimits, PlannerConfig, SchedulerConfig};
+pub use config::{ConfigError, LaneLimits, NEAR_CHAT_STEPS, PlannerConfig, SchedulerConfig};
 pub use cost::{CostModel, CostSnapshot, StepFeatures};
 pub use plan::{AbortReason, ScheduledChunk, StepPlan};
 pub use sequence::{SeqSpec, SeqStatus, Sequence};
@@ -105,6 +105,12 @@ pub struct Scheduler {
     targets: PlanTargets,
     /// Each lane's per-tenant token counters (only with `fair_share`).
     fair: PerLane<FairShare>,
+    /// Steps planned since the interactive lane last held a sequence
+    /// (waiting or running); see `PlannerConfig::batch_step_beside_chat_ms`.
+    quiet_steps: u64,
+    /// Where the next step starts among the running batch rows (they take
+    /// turns when a time limit lets only some of them decode).
+    batch_turn: usize,
 }
 
 /// The time limits in force in the last planned step, per lane's stage:
@@ -154,6 +160,8 @@ impl Scheduler {
             cost: CostModel::default(),
             targets: PlanTargets::default(),
             fair: PerLane::default(),
+            quiet_steps: NEAR_CHAT_STEPS,
+            batch_turn: 0,
         })
     }
 

@@ -433,6 +433,45 @@ fn new_batch_rows_start_while_running_rows_fill_the_batch_target() {
     assert!(plan.chunks.iter().all(|c| c.seq != SeqId(21)), "{plan:?}");
 }
 
+#[test]
+fn batch_steps_are_short_while_chat_is_about_and_long_again_once_it_left() {
+    // Six decoding rows (the batch lane's slots) cost 4 + 6 * 2.5 = 19 ms,
+    // past 15 ms beside chat.
+    let mut s = planned(PlannerConfig {
+        batch_step_beside_chat_ms: 15.0,
+        ..PlannerConfig::default()
+    });
+    for id in 1..=6 {
+        s.add(spec(id, Lane::Batch, "bulk", 8, 100)).unwrap();
+    }
+    until_decoding(&mut s, &[1, 2, 3, 4, 5, 6]);
+    assert_eq!(step(&mut s).num_tokens(), 6, "no chat yet: every row");
+    // A chat request comes and goes.
+    s.add(spec(50, Lane::Interactive, "chat", 8, 2)).unwrap();
+    for _ in 0..20 {
+        step(&mut s);
+        if s.sequence(SeqId(50))
+            .is_some_and(|q| q.generated().len() >= 2)
+        {
+            break;
+        }
+    }
+    s.finish(SeqId(50)).unwrap();
+    // Its next request would arrive now: batch steps fit 15 ms, four rows
+    // a step, and every row still progresses.
+    let mut served = std::collections::HashSet::new();
+    for _ in 0..NEAR_CHAT_STEPS {
+        let plan = step(&mut s);
+        assert!(s.predict_ms(&plan) <= 15.0 + 1e-6, "{plan:?}");
+        assert_eq!(plan.num_tokens(), 4, "{plan:?}");
+        served.extend(plan.chunks.iter().map(|c| c.seq));
+    }
+    assert_eq!(served.len(), 6);
+    assert_eq!(s.planner().last.batch_ms, Some(15.0));
+    // The chat has been gone for NEAR_CHAT_STEPS steps: full steps again.
+    assert_eq!(step(&mut s).num_tokens(), 6);
+}
+
 // Token-weighted fair share between tenants (`super::fair`).
 
 fn weighted(id: u64, tenant: &str, weight: u32, prompt_len: usize, max_new: usize) -> SeqSpec {
