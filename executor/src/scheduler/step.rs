@@ -64,7 +64,10 @@
 //! `num_computed` does NOT advance here: it advances in
 //! [`Scheduler::complete_step`], after the forward pass has written the KV,
 //! which is also when full blocks are registered in the prefix cache. Calling
-//! `schedule` twice without completing simply plans the same tokens again. The
+//! `schedule` twice without completing plans the same tokens again, except
+//! that two counters of the batch lane advance with each call (whose turn
+//! it is among running batch rows when not all fit, and the steps since chat
+//! was about): the rows chosen may differ then, never the tokens per row. The
 //! engine then reports the step's measured time with
 //! [`Scheduler::observe_step`], which is how the cost model learns.
 //!
