@@ -138,7 +138,7 @@ PY
 STOKER_SIM_RATE="$RATE" STOKER_SIM_INPUT="$INPUT" STOKER_SIM_OUTPUT="$OUTPUT" STOKER_SIM_COST="$COST" \
     STOKER_SIM_BUSY_MS="$BUSY_MS" STOKER_SIM_WIRE_MS="$WIRE_MS" \
     STOKER_SIM_REQUESTS="$REQUESTS" STOKER_SIM_BENCH_SEED="$SEED" \
-    cargo bench --locked -q -p stoker-api --bench sim_agreement 2>/dev/null | tail -1 >"$OUT/sim.json"
+    cargo bench --locked -q -p stoker-sim --bench sim_agreement 2>/dev/null | tail -1 >"$OUT/sim.json"
 
 python3 - "$OUT" "$COST" "$RATE" "$INPUT" "$OUTPUT" "$MEASURED" "$BUSY_MS" "$WIRE_MS" <<'PY' | tee "$OUT/summary.txt"
 import json, sys

@@ -1,5 +1,6 @@
 //! `stoker`: the composition root. `serve`, `api` and `executor` start the
-//! server in one of its roles (`stoker_api::roles`); `admin` and `batch`
+//! server in one of its roles (`stoker_api::roles`, with what the
+//! distributed roles add from `stoker_distributed`); `admin` and `batch`
 //! operate a running server over HTTP (`stoker_cli`); `bench` measures one
 //! under load (`stoker_bench`); `inspect` describes a GGUF file; `openapi`
 //! prints the API document.
@@ -311,7 +312,8 @@ async fn run(config: Config, role: Role) -> anyhow::Result<()> {
             config.model.display()
         );
     }
-    let server = stoker_api::roles::start_mode(config, role).await?;
+    let server =
+        stoker_api::roles::start_mode(config, role, stoker_distributed::parts(role)).await?;
     println!("stoker listening on http://{}", server.addr);
     tracing::info!(addr = %server.addr, "listening");
     let trigger = server.shutdown_trigger();

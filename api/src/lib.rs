@@ -7,17 +7,19 @@
 //! no module imports one that imports it back):
 //! - leaves: `config`, `telemetry`, `error` (the one enum and its HTTP
 //!   mapping), `auth`, `admission/` (with the capacity envelope), `metrics`,
-//!   `kafka` (the distributed mode's transport glue), `backend/` (what
-//!   generations run on: the in-process engine or the executors over Kafka),
+//!   `backend/` (what generations run on: the traits the in-process engine
+//!   and the distributed mode's remote backend implement),
 //!   `control/` (the embedded control plane: store, request log, batches),
 //!   `tenancy/` (tenants' quotas and live usage);
 //! - `state`: what every request shares;
 //! - `edge/`: the request path without HTTP framing;
 //! - `http/`: the router, handlers, extractors, SSE, OpenAPI;
-//! - `jobs/`: the executor role's Kafka front (jobs in, deltas out);
-//! - `roles/`: where each `stoker` sub-command is put together.
+//! - `roles/`: the server every `stoker` sub-command runs, with the seam
+//!   (`RoleParts`) where a role adds to it.
 //!
-//! The `stoker` binary (`api/bin`) is the composition root; the client
+//! Distributed mode (the Kafka transport's both sides and routing) is
+//! `stoker-distributed`, built on this crate; this crate knows nothing of
+//! Kafka. The `stoker` binary (`api/bin`) is the composition root; the client
 //! commands (`stoker-cli`) and the load generator (`stoker-bench`) are crates
 //! of their own that reach a server over HTTP only.
 
@@ -29,8 +31,6 @@ pub mod control;
 pub mod edge;
 pub mod error;
 pub mod http;
-pub mod jobs;
-pub mod kafka;
 pub mod metrics;
 pub mod roles;
 pub mod state;

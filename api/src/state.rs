@@ -85,6 +85,8 @@ pub struct Inner {
     /// Every loaded artifact by sha256, the primary included.
     models: RwLock<HashMap<String, Arc<Served>>>,
     control: OnceLock<Control>,
+    /// The executors this process routes to (the distributed API role).
+    fleet: OnceLock<Arc<dyn crate::backend::Fleet>>,
     /// Starts the server's drain (set by `serve`).
     drain_hook: OnceLock<Box<dyn Fn() + Send + Sync>>,
     /// Flips to true when in-flight requests must end now (shutdown timeout).
@@ -135,6 +137,7 @@ impl AppState {
             served: OnceLock::new(),
             models: RwLock::new(HashMap::new()),
             control: OnceLock::new(),
+            fleet: OnceLock::new(),
             drain_hook: OnceLock::new(),
             hard_stop,
         }))
@@ -175,6 +178,18 @@ impl AppState {
             .entry(served.provenance.sha256.clone())
             .or_insert(served)
             .clone()
+    }
+
+    /// Registers the executors this process routes to, for the admin
+    /// listing; the first registration stands.
+    pub fn set_fleet(&self, fleet: Arc<dyn crate::backend::Fleet>) {
+        let _ = self.fleet.set(fleet);
+    }
+
+    /// The executors this process routes to, as last reported (empty unless
+    /// a [`Fleet`](crate::backend::Fleet) was registered).
+    pub fn live_executors(&self) -> Vec<crate::backend::LiveExecutor> {
+        self.fleet.get().map(|f| f.executors()).unwrap_or_default()
     }
 
     /// The primary model, once loaded.

@@ -10,11 +10,17 @@
 //! | `stoker.replies` | [`ReplyMessage`] |
 //! | `stoker.control` | [`ControlMessage`] |
 //! | `stoker.capacity` | [`CapacityReport`] |
+//!
+//! Ids are typed (`ExecutorId`, `RequestId`, ...): a body whose id breaks its
+//! kind's rule does not decode, so no process acts on it. On the wire they
+//! are the plain strings they always were: the JSON Schemas are unchanged
+//! and older messages decode (`tests` below).
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::codes::ErrorCode;
+use crate::ids::{DeploymentId, ExecutorId, RequestId, RevisionId};
 
 /// The version of every body below.
 /// 2: one writer per partition (`slot` in [`CapacityReport`]; jobs and
@@ -91,10 +97,10 @@ pub struct WireLogprob {
 pub struct JobMessage {
     pub v: u32,
     /// Unique per generation; replies and cancels name it.
-    pub request_id: String,
+    pub request_id: RequestId,
     /// The executor the API chose; a message that reaches another one (a
     /// partition changed hands) is refused, never run by the wrong process.
-    pub executor_id: String,
+    pub executor_id: ExecutorId,
     /// The artifact the API validated against.
     pub model_sha256: String,
     /// Where the replies go: the `stoker.replies` partition of this
@@ -124,8 +130,8 @@ fn one() -> u32 {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ReplyMessage {
     pub v: u32,
-    pub request_id: String,
-    pub executor_id: String,
+    pub request_id: RequestId,
+    pub executor_id: ExecutorId,
     pub seq: u64,
     pub event: ReplyEvent,
 }
@@ -168,7 +174,7 @@ pub enum ReplyEvent {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ControlMessage {
     pub v: u32,
-    pub executor_id: String,
+    pub executor_id: ExecutorId,
     pub command: ControlCommand,
 }
 
@@ -176,7 +182,7 @@ pub struct ControlMessage {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ControlCommand {
     /// The client went away: stop the generation and free its KV blocks.
-    Cancel { request_id: String },
+    Cancel { request_id: RequestId },
 }
 
 /// An executor's live capacity, published every 500 ms (keyed by executor id
@@ -184,9 +190,9 @@ pub enum ControlCommand {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct CapacityReport {
     pub v: u32,
-    pub executor_id: String,
-    pub deployment_id: String,
-    pub revision_id: String,
+    pub executor_id: ExecutorId,
+    pub deployment_id: DeploymentId,
+    pub revision_id: RevisionId,
     pub model_sha256: String,
     /// The executor slot its lease holds: it reads the `stoker.interactive`
     /// partitions of that slot and writes this topic's partition `slot`.
@@ -308,4 +314,79 @@ pub fn json_schemas() -> Vec<(&'static str, String)> {
         ("control.schema.json", render::<ControlMessage>()),
         ("capacity_report.schema.json", render::<CapacityReport>()),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bodies as a sender from before the ids were typed wrote them (ids as
+    /// plain strings, the fields of version 2): they still decode, to the
+    /// same ids, and encode back to the same JSON.
+    #[test]
+    fn messages_with_string_ids_from_older_senders_still_decode() {
+        let job = r#"{"v":2,"request_id":"api-h-1-18c2f-7","executor_id":"executor-h-42",
+            "model_sha256":"ab12","reply_partition":3,"prompt":[1,2,3],
+            "sampling":{"temperature":0.0,"top_p":1.0,"max_tokens":8,"stop_at_eos":true},
+            "lane":"interactive","tenant":"default","sent_unix_ms":1}"#;
+        let m = JobMessage::decode(job.as_bytes()).unwrap();
+        assert_eq!(m.request_id, "api-h-1-18c2f-7");
+        assert_eq!(m.executor_id, "executor-h-42");
+        assert_eq!(m.tenant_weight, 1);
+        let again: serde_json::Value = serde_json::from_slice(&m.encode()).unwrap();
+        assert_eq!(again["request_id"], "api-h-1-18c2f-7");
+        assert_eq!(again["executor_id"], "executor-h-42");
+
+        let reply = r#"{"v":2,"request_id":"r-1","executor_id":"e.1","seq":0,
+            "event":{"type":"started","queue_ms":1.5}}"#;
+        let r = ReplyMessage::decode(reply.as_bytes()).unwrap();
+        assert_eq!(
+            (r.request_id.as_str(), r.executor_id.as_str()),
+            ("r-1", "e.1")
+        );
+
+        let control =
+            r#"{"v":2,"executor_id":"e_1","command":{"type":"cancel","request_id":"r-1"}}"#;
+        let c = ControlMessage::decode(control.as_bytes()).unwrap();
+        assert_eq!(
+            c.command,
+            ControlCommand::Cancel {
+                request_id: "r-1".parse().unwrap()
+            }
+        );
+
+        let report = r#"{"v":2,"executor_id":"e1","deployment_id":"default","revision_id":"4f2a9c",
+            "model_sha256":"ab","slot":0,"ready":true,"draining":false,"running":0,"waiting":0,
+            "waiting_tokens":0,"kv_blocks_total":10,"kv_blocks_free":10,"block_size":16,
+            "max_num_seqs":8,"tokens_per_second":0.0,"seq":1,"sent_unix_ms":0}"#;
+        let c = CapacityReport::decode(report.as_bytes()).unwrap();
+        assert_eq!(
+            (c.deployment_id.as_str(), c.revision_id.as_str()),
+            ("default", "4f2a9c")
+        );
+    }
+
+    /// An id that breaks its kind's rule fails the whole body, naming the
+    /// rule: no process acts on a job addressed to an id nobody can hold.
+    #[test]
+    fn a_body_with_an_invalid_id_does_not_decode() {
+        for (body, want) in [
+            (
+                r#"{"v":2,"executor_id":"e 1","command":{"type":"cancel","request_id":"r"}}"#,
+                "invalid executor id",
+            ),
+            (
+                r#"{"v":2,"executor_id":"e","command":{"type":"cancel","request_id":""}}"#,
+                "invalid request id",
+            ),
+        ] {
+            let e = ControlMessage::decode(body.as_bytes()).unwrap_err();
+            assert!(e.to_string().contains(want), "{e}");
+        }
+        let long = "x".repeat(129);
+        let body = format!(
+            r#"{{"v":2,"request_id":"{long}","executor_id":"e","seq":0,"event":{{"type":"started","queue_ms":0}}}}"#
+        );
+        assert!(ReplyMessage::decode(body.as_bytes()).is_err());
+    }
 }

@@ -37,8 +37,8 @@ fn checked_in_transport_schemas_match_the_code() {
 fn job() -> JobMessage {
     JobMessage {
         v: TRANSPORT_VERSION,
-        request_id: "req_1".into(),
-        executor_id: "ex-a".into(),
+        request_id: "req_1".parse().unwrap(),
+        executor_id: "ex-a".parse().unwrap(),
         model_sha256: "ab".repeat(32),
         reply_partition: 3,
         prompt: vec![1, 2, 3],
@@ -104,8 +104,8 @@ fn bodies_round_trip() {
     ] {
         let r = ReplyMessage {
             v: TRANSPORT_VERSION,
-            request_id: "req_1".into(),
-            executor_id: "ex-a".into(),
+            request_id: "req_1".parse().unwrap(),
+            executor_id: "ex-a".parse().unwrap(),
             seq: 2,
             event,
         };
@@ -113,9 +113,9 @@ fn bodies_round_trip() {
     }
     let c = ControlMessage {
         v: TRANSPORT_VERSION,
-        executor_id: "ex-a".into(),
+        executor_id: "ex-a".parse().unwrap(),
         command: ControlCommand::Cancel {
-            request_id: "req_1".into(),
+            request_id: "req_1".parse().unwrap(),
         },
     };
     assert_eq!(ControlMessage::decode(&c.encode()).unwrap(), c);

@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rand_distr::{Distribution, Exp, Normal};
 use serde::{Deserialize, Serialize};
 
 /// A refused flag, workload file or prompts file.
@@ -49,12 +48,25 @@ impl LengthDist {
             LengthDist::Fixed(n) => n,
             LengthDist::Uniform { min, max } => rng.random_range(min..=max),
             LengthDist::Normal { mean, stddev } => {
-                let n = Normal::new(mean, stddev).expect("checked at parse");
                 let hi = (mean + 6.0 * stddev).min(MAX_LENGTH as f64);
-                n.sample(rng).round().clamp(1.0, hi.max(1.0)) as u32
+                normal(mean, stddev, rng).round().clamp(1.0, hi.max(1.0)) as u32
             }
         }
     }
+}
+
+/// A normal draw (Box-Muller; two uniforms per draw).
+fn normal(mean: f64, stddev: f64, rng: &mut impl Rng) -> f64 {
+    // `1 - u` is in (0, 1]: its logarithm is finite.
+    let u1: f64 = 1.0 - rng.random::<f64>();
+    let u2: f64 = rng.random();
+    mean + stddev * (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+}
+
+/// An exponential draw with rate `rate` (> 0, checked at parse), by the
+/// inverse of its distribution function.
+fn exponential(rate: f64, rng: &mut impl Rng) -> f64 {
+    -(1.0 - rng.random::<f64>()).ln() / rate
 }
 
 impl std::fmt::Display for LengthDist {
@@ -238,7 +250,7 @@ impl Arrival {
             Arrival::Closed { .. } => None,
             Arrival::Constant { rate } => Some(secs(i as f64 / rate)),
             Arrival::Poisson { rate } => {
-                let gap = Exp::new(rate).expect("rate checked at parse").sample(rng);
+                let gap = exponential(rate, rng);
                 Some(if i == 0 {
                     Duration::ZERO
                 } else {
@@ -632,6 +644,24 @@ mod tests {
         }
         let rate = 2000.0 / t.as_secs_f64();
         assert!((rate / 40.0 - 1.0).abs() < 0.05, "rate {rate}");
+    }
+
+    #[test]
+    fn normal_lengths_have_the_asked_mean_and_spread() {
+        let d = LengthDist::Normal {
+            mean: 200.0,
+            stddev: 40.0,
+        };
+        let mut rng = StdRng::seed_from_u64(7);
+        let xs: Vec<f64> = (0..20_000).map(|_| f64::from(d.sample(&mut rng))).collect();
+        let mean = xs.iter().sum::<f64>() / xs.len() as f64;
+        let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / xs.len() as f64;
+        assert!((mean - 200.0).abs() < 1.5, "mean {mean}");
+        assert!((var.sqrt() - 40.0).abs() < 1.5, "stddev {}", var.sqrt());
+        // About 68% within one standard deviation, as a normal has.
+        let within = xs.iter().filter(|x| (*x - 200.0).abs() <= 40.0).count();
+        let share = within as f64 / xs.len() as f64;
+        assert!((share - 0.683).abs() < 0.02, "share within 1 sd {share}");
     }
 
     #[test]

@@ -33,9 +33,9 @@ pub struct Dist {
     pub max: f64,
 }
 
-/// The workspace's one percentile definition (in `stoker-test-support`, which
-/// the test suites use too, so their figures and the bench's compare).
-pub use stoker_test_support::percentile;
+/// The workspace's one percentile definition (`stoker-stats`, which the test
+/// suites use too, so their figures and the bench's compare).
+pub use stoker_stats::percentile;
 
 impl Dist {
     pub fn of(mut xs: Vec<f64>) -> Option<Dist> {

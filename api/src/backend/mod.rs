@@ -1,17 +1,18 @@
 //! What the server generates with. `stoker serve` and `stoker executor`
 //! hold the engine in process; `stoker api` holds the executors behind Kafka
-//! (`remote/`, with `wire.rs` the job and reply messages both sides speak).
+//! (the remote backend of `stoker-distributed`, which implements these traits
+//! and registers its capacity view as the [`Fleet`]).
 //! Two traits, as TGI's router separates model info from inference: the
 //! served artifact's metadata ([`Artifact`]) and the narrow request path
 //! ([`Backend`]). Routes, validation, admission and streaming see only these,
 //! so every role runs the same code above them; [`Served`] is one loaded
 //! artifact as requests see it.
 
+pub mod fleet;
 mod generation;
-pub mod remote;
 mod served;
-pub mod wire;
 
+pub use fleet::{Fleet, LiveExecutor};
 pub use generation::{BackendError, Generation, Report, Runner};
 pub use served::{Provenance, Served, default_revision_id};
 
@@ -49,11 +50,6 @@ pub trait Backend: Send + Sync + 'static {
     fn warm_up(&self) -> Result<(), BackendError>;
     /// Where the generations run, for logs and `x-stoker-executor`.
     fn kind(&self) -> &'static str;
-    /// The executors this backend routes to, each with whether it is alive
-    /// (the distributed mode's capacity reports; empty in process).
-    fn executors(&self) -> Vec<(remote::capacity::Entry, bool)> {
-        Vec::new()
-    }
     /// Puts step-planner targets in force where the steps run (in process;
     /// remote executors plan their own steps from their own configuration).
     fn set_planner(&self, _planner: stoker_executor::scheduler::PlannerConfig) {}

@@ -211,7 +211,7 @@ impl Running {
 }
 
 /// Resolves once the hard-stop flag is (or becomes) true.
-pub(crate) async fn stopped(rx: &mut watch::Receiver<bool>) {
+pub async fn stopped(rx: &mut watch::Receiver<bool>) {
     if rx.wait_for(|v| *v).await.is_err() {
         // The sender lives as long as the state; if it is gone, never resolve.
         std::future::pending::<()>().await;

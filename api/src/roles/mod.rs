@@ -2,9 +2,11 @@
 //! [`Role`] (`stoker serve` in one process, `stoker api` in front of
 //! executors, `stoker executor` behind Kafka): bind, load the model in the
 //! background (ready stays false until a warm-up generation succeeds, where
-//! the role runs an engine), serve, and drain. `distributed.rs` is what the
-//! two distributed roles add; `bootstrap.rs` what a server records about
-//! itself in the control plane.
+//! the role runs an engine), serve, and drain. What the two distributed roles
+//! add (the remote backend, the job front, their Kafka slots) comes in as
+//! [`RoleParts`] from `stoker-distributed`, so this crate knows nothing of
+//! Kafka; `bootstrap.rs` is what a server records about itself in the
+//! control plane.
 //!
 //! Drain keeps accepting connections so load balancers see a 503 from
 //! `/health/ready` and clients get a typed `not_ready` instead of a refused
@@ -13,10 +15,10 @@
 //! the listener closes.
 
 pub mod bootstrap;
-pub mod distributed;
+mod parts;
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -29,9 +31,8 @@ use crate::config::Config;
 use crate::control;
 use crate::http::batch_rows::EngineRows;
 use crate::http::routes;
-use crate::jobs::JobServer;
-use crate::kafka::LeaseHold;
 use crate::state::{AppState, Phase, Role};
+pub use parts::{InProcess, RoleParts};
 
 /// A running server.
 pub struct Server {
@@ -50,11 +51,15 @@ impl std::fmt::Debug for Server {
 /// Binds the listener and starts serving at once; the model loads in the
 /// background while `/health/ready` answers 503.
 pub async fn start(config: Config) -> anyhow::Result<Server> {
-    start_mode(config, Role::Embedded).await
+    start_mode(config, Role::Embedded, Arc::new(InProcess)).await
 }
 
-/// [`start`] for any role.
-pub async fn start_mode(config: Config, role: Role) -> anyhow::Result<Server> {
+/// [`start`] for any role, with what that role adds to the server.
+pub async fn start_mode(
+    config: Config,
+    role: Role,
+    parts: Arc<dyn RoleParts>,
+) -> anyhow::Result<Server> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating data dir {}", config.data_dir.display()))?;
     let listener = TcpListener::bind(config.listen)
@@ -77,7 +82,13 @@ pub async fn start_mode(config: Config, role: Role) -> anyhow::Result<Server> {
             d.send_replace(true);
         });
     }
-    let task = tokio::spawn(run(listener, state.clone(), drain_rx, shutdown_timeout));
+    let task = tokio::spawn(run(
+        listener,
+        state.clone(),
+        parts,
+        drain_rx,
+        shutdown_timeout,
+    ));
     Ok(Server {
         addr,
         state,
@@ -122,36 +133,31 @@ impl Server {
 async fn run(
     listener: TcpListener,
     state: AppState,
+    parts: Arc<dyn RoleParts>,
     mut drain: watch::Receiver<bool>,
     shutdown_timeout: Duration,
 ) -> anyhow::Result<()> {
     let role = state.role;
-    // The executor's job front, once started: the drain below holds it.
-    let job_front: Arc<OnceLock<Arc<JobServer>>> = Arc::default();
-    // An API instance's slot lease, released once it drained.
-    let api_slot: Arc<Mutex<Option<LeaseHold>>> = Arc::default();
     let loader = {
         let state = state.clone();
-        let job_front = job_front.clone();
-        let api_slot = api_slot.clone();
+        let parts = parts.clone();
         async move {
             if role.has_engine() {
                 let st = state.clone();
                 tokio::task::spawn_blocking(move || load(&st))
                     .await
                     .context("model loader panicked")??;
-            } else {
-                let hold = distributed::load_api(&state).await?;
-                *api_slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(hold);
+            }
+            // Without an engine, this installs what the role generates with.
+            parts.load(&state).await?;
+            if state.served().is_none() {
+                anyhow::bail!("the {role:?} role loaded nothing to generate with");
             }
             // The control plane learns what this process serves before it is ready.
             if let Some(c) = state.control() {
                 bootstrap::bootstrap_with_retry(&state, c, role.has_engine()).await?;
             }
-            if role == Role::Executor {
-                let js = distributed::start_executor(&state).await?;
-                let _ = job_front.set(js);
-            }
+            parts.start(&state).await?;
             // Admission follows the revision's capacity profile from the
             // first request on, and picks up new recordings as they land.
             crate::edge::artifacts::apply_capacity_profile(&state).await;
@@ -177,16 +183,10 @@ async fn run(
         tokio::spawn(async move {
             if drain.wait_for(|v| *v).await.is_ok() {
                 tracing::info!(timeout_s = shutdown_timeout.as_secs(), "draining");
-                drain_in_flight(&state, job_front.get(), shutdown_timeout).await;
-                // Nothing is in flight now: the slot can go to the next
-                // process at once instead of after its lease's TTL.
-                if let Some(js) = job_front.get() {
-                    js.release_slot().await;
-                }
-                let hold = api_slot.lock().unwrap_or_else(|p| p.into_inner()).take();
-                if let Some(hold) = hold {
-                    hold.release().await;
-                }
+                drain_in_flight(&state, &*parts, shutdown_timeout).await;
+                // Nothing is in flight now: slots can go to the next process
+                // at once instead of after their leases' TTL.
+                parts.drained().await;
                 close_tx.send_replace(true);
             }
         });
@@ -243,15 +243,11 @@ async fn run(
     }
 }
 
-async fn drain_in_flight(state: &AppState, job_front: Option<&Arc<JobServer>>, timeout: Duration) {
+async fn drain_in_flight(state: &AppState, parts: &dyn RoleParts, timeout: Duration) {
     state.set_phase(Phase::Draining);
-    // API instances stop routing here now rather than at the next report.
-    if let Some(js) = job_front {
-        js.publish_capacity().await;
-        // Jobs routed from an older report may still arrive: take them
-        // before judging what is in flight.
-        tokio::time::sleep(js.drain_grace()).await;
-    }
+    // Others stop routing here, and work already on its way arrives, before
+    // what is in flight is judged.
+    parts.draining().await;
     // Batch shards stop taking rows, finish those in flight, checkpoint and
     // release, beside the interactive drain.
     let batches = async {

@@ -4,11 +4,18 @@
 //! which partition; `topics` lays jobs and replies out over partitions, one
 //! writer per partition (pairwise) or one partition per process (shared).
 //! Message bodies are `stoker_schemas::transport`.
+//!
+//! The Kafka client itself (`kafka`, the only code here that links
+//! `rdkafka`) is behind the `kafka` feature: the distributed mode and the
+//! broker probe turn it on; the server library reads the layout and leases
+//! without it.
 
+#[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod lease;
 pub mod topics;
 
+#[cfg(feature = "kafka")]
 pub use kafka::{Kafka, KafkaError, KafkaSettings, Receiver};
 pub use lease::{Lease, LeaseError, LeaseKind};
 pub use topics::{SlotsError, Topics, TransportLayout};

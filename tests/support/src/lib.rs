@@ -10,10 +10,9 @@
 pub mod paths;
 pub mod property;
 pub mod rng;
-pub mod stats;
 pub mod tmp;
 
 pub use paths::{MODEL_ENV, model_path, python_bin, repo_root};
 pub use rng::TestRng;
-pub use stats::{median, percentile};
+pub use stoker_stats::{median, percentile};
 pub use tmp::{TempDir, temp_dir};

@@ -98,15 +98,12 @@ pub async fn admission(State(state): State<AppState>, _admin: Admin) -> Response
 /// heard nothing from it, and always in `stoker serve`).
 pub async fn list_executors(State(state): State<AppState>, admin: Admin) -> Response {
     let v = admin.cp().views().await;
-    let mut live: std::collections::HashMap<String, serde_json::Value> = state
-        .served()
-        .map(|s| {
-            s.backend
-                .executors()
-                .into_iter()
-                .map(|(e, alive)| {
-                    let r = &e.report;
-                    let v = serde_json::json!({
+    let mut live: std::collections::HashMap<ExecutorId, serde_json::Value> = state
+        .live_executors()
+        .into_iter()
+        .map(|e| {
+            let (r, alive) = (&e.report, e.alive);
+            let v = serde_json::json!({
                         "alive": alive,
                         "ready": r.ready && alive,
                         "draining": r.draining,
@@ -120,13 +117,11 @@ pub async fn list_executors(State(state): State<AppState>, admin: Admin) -> Resp
                         "kv_blocks_total": r.kv_blocks_total,
                         "max_num_seqs": r.max_num_seqs,
                         "tokens_per_second": r.tokens_per_second,
-                        "last_report_ms_ago": e.seen.elapsed().as_millis() as u64,
-                    });
-                    (r.executor_id.clone(), v)
-                })
-                .collect()
+                        "last_report_ms_ago": e.since_report.as_millis() as u64,
+            });
+            (r.executor_id.clone(), v)
         })
-        .unwrap_or_default();
+        .collect();
     let mut out: Vec<serde_json::Value> = v
         .executors
         .values()

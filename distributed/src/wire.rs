@@ -8,8 +8,8 @@ use stoker_executor::structured::StructuredOutput;
 use stoker_executor::{Lane, SamplingParams, TokenLogprob};
 use stoker_schemas::transport::{ReplyEvent, WireLogprob, WireResponseFormat, WireSampling};
 
-use super::{BackendError, Report};
-use crate::error::{ApiError, RetryAfter};
+use stoker_api::backend::{BackendError, Report};
+use stoker_api::error::{ApiError, RetryAfter};
 
 pub fn sampling_to_wire(p: &SamplingParams) -> WireSampling {
     WireSampling {

@@ -8,7 +8,7 @@
 //! reports, they all rank the same executor first between two reports and
 //! herd onto it. [`RoutingPolicy::PowerOfChoices`] ranks only `d` executors
 //! drawn at random per request, so instances disagree and the herd spreads
-//! (the simulator in `sim` measures both).
+//! (the simulator, `stoker-sim`, measures both).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,6 +19,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use stoker_executor::engine::EngineStats;
+use stoker_schemas::ids::ExecutorId;
 use stoker_schemas::transport::CapacityReport;
 
 #[derive(Clone, Debug)]
@@ -154,7 +155,7 @@ impl Drop for InFlight {
 /// Where a request goes.
 #[derive(Debug)]
 pub struct Choice {
-    pub executor_id: String,
+    pub executor_id: ExecutorId,
     /// The executor's slot: which partitions reach it.
     pub slot: i32,
     /// Counts the request in the executor's load: keep it while the
@@ -188,17 +189,6 @@ impl Default for RoutingPolicy {
     }
 }
 
-impl From<crate::config::Routing> for RoutingPolicy {
-    /// `kafka.routing` as the view applies it.
-    fn from(r: crate::config::Routing) -> Self {
-        match r {
-            crate::config::Routing::PowerOfThree => RoutingPolicy::PowerOfChoices { d: 3 },
-            crate::config::Routing::PowerOfTwo => RoutingPolicy::PowerOfChoices { d: 2 },
-            crate::config::Routing::MaxHeadroom => RoutingPolicy::MaxHeadroom,
-        }
-    }
-}
-
 /// Draws before a sample of eligible executors falls back to listing them.
 const SAMPLE_TRIES_PER_CHOICE: usize = 8;
 
@@ -207,7 +197,7 @@ pub struct CapacityView {
     /// In arrival order; an executor is never removed (it is marked lost),
     /// so an index stays valid and a uniform draw is O(1).
     entries: Vec<Entry>,
-    index: HashMap<String, usize>,
+    index: HashMap<ExecutorId, usize>,
     timeout: Duration,
     policy: RoutingPolicy,
     rng: SmallRng,
@@ -308,7 +298,7 @@ impl CapacityView {
 
     /// Marks executors silent past the timeout as lost and returns them
     /// (each once).
-    pub fn expire(&mut self, now: Instant) -> Vec<String> {
+    pub fn expire(&mut self, now: Instant) -> Vec<ExecutorId> {
         let mut lost = Vec::new();
         for e in self.entries.iter_mut() {
             if !e.lost && now.saturating_duration_since(e.seen) > self.timeout {
@@ -397,7 +387,7 @@ impl CapacityView {
         sha256: &str,
         demand: Demand,
         now: Instant,
-        tried: &[String],
+        tried: &[ExecutorId],
     ) -> Option<Choice> {
         let i = self.choose(sha256, demand, now, tried)?;
         Some(self.commit(i, demand))
@@ -422,7 +412,7 @@ impl CapacityView {
         sha256: &str,
         demand: Demand,
         now: Instant,
-        tried: &[String],
+        tried: &[ExecutorId],
     ) -> Option<usize> {
         let timeout = self.timeout;
         let eligible = |e: &Entry| {

@@ -15,8 +15,7 @@ use super::executor::{Executor, StepEnd};
 use super::stats::{Outcome, summarise};
 use super::workload::{Request, Workload};
 use super::{Policy, SHA, SimConfig};
-use crate::backend::remote::capacity::{CapacityView, Demand, InFlight, RoutingPolicy};
-use crate::backend::remote::prefix::{PrefixIndex, block_hashes};
+use stoker_routing::{CapacityView, Demand, InFlight, PrefixIndex, RoutingPolicy, block_hashes};
 
 /// How often an executor reports (`kafka.capacity_interval_ms`).
 const REPORT_INTERVAL: Micros = 500 * MS;
@@ -229,7 +228,7 @@ impl World {
             }
             c
         } else {
-            let tried: Vec<String> = r
+            let tried: Vec<_> = r
                 .tried
                 .iter()
                 .map(|&e| self.execs[e as usize].id.clone())

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use stoker_controlplane::transport::{KafkaSettings, Lease, LeaseError, Receiver};
 use stoker_schemas::transport::Versioned;
 
-use crate::config::Config;
+use stoker_api::config::Config;
 
 /// The transport settings a process's config names.
 pub fn kafka_settings(config: &Config) -> KafkaSettings {

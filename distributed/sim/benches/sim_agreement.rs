@@ -35,10 +35,10 @@
 //! 1), `STOKER_SIM_SEEDS` (9), `STOKER_SIM_APIS` (1),
 //! `STOKER_SIM_EXECUTORS` (2).
 
-use stoker_api::backend::remote::capacity::RoutingPolicy;
-use stoker_api::backend::remote::sim::events::MS;
-use stoker_api::backend::remote::sim::{self, Cost, Mix, Policy, SimConfig};
 use stoker_bench::spec::{Arrival, open_loop_schedule};
+use stoker_routing::RoutingPolicy;
+use stoker_sim::events::MS;
+use stoker_sim::{self as sim, Cost, Mix, Policy, SimConfig};
 
 fn var<T: std::str::FromStr>(name: &str, default: Option<T>) -> T {
     match std::env::var(name) {

@@ -1,11 +1,12 @@
 //! A discrete-event simulator of distributed routing: N API instances, each
-//! with its own real [`CapacityView`](super::capacity::CapacityView) and
-//! [`PrefixIndex`](super::prefix::PrefixIndex), in front of M modelled
+//! with its own real [`CapacityView`](stoker_routing::CapacityView) and
+//! [`PrefixIndex`](stoker_routing::PrefixIndex), in front of M modelled
 //! executors that publish real capacity reports every 500 ms. It measures
 //! what the routing policy does to time to first token, goodput and load
 //! spread when many instances route on the same stale reports, without a
 //! broker and without waiting: the clock is virtual. `benches/route_sim.rs`
-//! sweeps it; the tests below keep it honest.
+//! sweeps it; the tests below keep it honest. A crate of its own: the server
+//! build never compiles it.
 
 pub mod events;
 pub mod executor;
@@ -13,10 +14,10 @@ pub mod stats;
 pub mod workload;
 mod world;
 
-use super::capacity::RoutingPolicy;
 use events::{MS, Micros};
 pub use executor::Cost;
 pub use stats::Outcome;
+use stoker_routing::RoutingPolicy;
 pub use workload::{Arrivals, Mix};
 
 /// The artifact every simulated executor serves.

@@ -7,9 +7,9 @@ use stoker_schemas::transport::TRANSPORT_VERSION;
 fn report(id: &str, slot: i32, running: u32, free_blocks: u64) -> CapacityReport {
     CapacityReport {
         v: TRANSPORT_VERSION,
-        executor_id: id.into(),
-        deployment_id: "d".into(),
-        revision_id: "r".into(),
+        executor_id: id.parse().unwrap(),
+        deployment_id: "d".parse().unwrap(),
+        revision_id: "r".parse().unwrap(),
         model_sha256: "sha".into(),
         slot,
         ready: true,
@@ -29,6 +29,10 @@ fn report(id: &str, slot: i32, running: u32, free_blocks: u64) -> CapacityReport
         by_reply_partition: None,
         prefill_backlog_tokens: None,
     }
+}
+
+fn id(s: &str) -> ExecutorId {
+    s.parse().unwrap()
 }
 
 /// A request of `n` tokens, prompt and all.
@@ -52,7 +56,7 @@ fn routes_by_headroom_and_counts_what_it_sent() {
     // Both have room for a 100-token request: the load alternates, and
     // a's larger free KV (1600 tokens against 800) breaks the ties, until
     // what was sent since the reports fills both executors' 8 slots.
-    let picks: Vec<String> = (0..16)
+    let picks: Vec<ExecutorId> = (0..16)
         .map(|_| v.pick("sha", ask(100), t0).unwrap().executor_id)
         .collect();
     assert_eq!(picks, ["a", "b"].repeat(8), "{picks:?}");
@@ -64,32 +68,19 @@ fn routes_by_headroom_and_counts_what_it_sent() {
     // a has no free slot now: b wins although a has more KV.
     assert_eq!(v.pick("sha", ask(100), t0).unwrap().executor_id, "b");
     // A retry goes elsewhere, or nowhere.
-    let tried = ["b".to_string()];
+    let tried = [id("b")];
     assert_eq!(
         v.pick_excluding("sha", ask(100), t0, &tried)
             .unwrap()
             .executor_id,
         "a"
     );
-    let both = ["a".to_string(), "b".to_string()];
+    let both = [id("a"), id("b")];
     assert_eq!(v.pick_excluding("sha", ask(100), t0, &both), None);
 }
 
 #[test]
-fn the_configured_default_is_the_views_default() {
-    use crate::config::Routing;
-    assert_eq!(
-        RoutingPolicy::from(Routing::default()),
-        RoutingPolicy::default()
-    );
-    assert_eq!(
-        RoutingPolicy::from(Routing::MaxHeadroom),
-        RoutingPolicy::MaxHeadroom
-    );
-    assert_eq!(
-        RoutingPolicy::from(Routing::PowerOfTwo),
-        RoutingPolicy::PowerOfChoices { d: 2 }
-    );
+fn the_default_is_three_choices() {
     assert_eq!(
         RoutingPolicy::default(),
         RoutingPolicy::PowerOfChoices { d: 3 }
@@ -142,7 +133,7 @@ fn a_report_that_names_this_instances_requests_counts_them_once() {
     assert_eq!(sent.executor_id, "a");
     v.observe(report("a", 0, 1, 100), t0);
     assert_eq!(load_of(&v, "a"), 1);
-    let again = v.pick_excluding("sha", ask(10), t0, &["b".into()]).unwrap();
+    let again = v.pick_excluding("sha", ask(10), t0, &[id("b")]).unwrap();
     assert_eq!(load_of(&v, "a"), 2);
     drop((sent, again));
     assert_eq!(load_of(&v, "a"), 2, "until the next report");
@@ -179,7 +170,7 @@ fn a_preferred_executor_is_taken_while_it_has_headroom() {
     // b holds the prefix: preferred although a has more headroom, while
     // b carries at most one (a quarter of a's load, at least one) more
     // request than a.
-    let picks: Vec<String> = (0..5)
+    let picks: Vec<ExecutorId> = (0..5)
         .map(|_| {
             v.pick_preferring("sha", ask(10), t0, Some("b"))
                 .unwrap()
@@ -234,7 +225,7 @@ fn silent_executors_are_lost_once_and_not_routed_to() {
     let t1 = t0 + Duration::from_millis(1000);
     v.observe(report("b", 1, 0, 10), t1);
     let t2 = t0 + Duration::from_millis(1600);
-    assert_eq!(v.expire(t2), vec!["a".to_string()]);
+    assert_eq!(v.expire(t2), vec![id("a")]);
     assert!(v.expire(t2).is_empty(), "reported once");
     assert_eq!(v.pick("sha", ask(10), t2).unwrap().executor_id, "b");
     assert_eq!(v.stats("sha", t2).kv_blocks_free, 10);
@@ -339,7 +330,7 @@ fn two_choices_respect_tried() {
     for i in 0..6 {
         v.observe(report(&format!("e{i}"), i, 0, 100), t0);
     }
-    let tried: Vec<String> = (0..5).map(|i| format!("e{i}")).collect();
+    let tried: Vec<ExecutorId> = (0..5).map(|i| id(&format!("e{i}"))).collect();
     for _ in 0..50 {
         assert_eq!(
             v.pick_excluding("sha", ask(10), t0, &tried)
@@ -348,7 +339,7 @@ fn two_choices_respect_tried() {
             "e5"
         );
     }
-    let all: Vec<String> = (0..6).map(|i| format!("e{i}")).collect();
+    let all: Vec<ExecutorId> = (0..6).map(|i| id(&format!("e{i}"))).collect();
     assert_eq!(v.pick_excluding("sha", ask(10), t0, &all), None);
 }
 
@@ -402,4 +393,36 @@ fn two_choices_keep_the_preference_within_the_drawn_alternative() {
             v.observe(report(&format!("e{i}"), i, 0, 100), t0);
         }
     }
+}
+
+/// Routing is pure: two views fed the same reports with the same seed pick
+/// the same executors, request after request (the simulator measures the
+/// code the API runs only because of this). A different seed draws other
+/// executors, so the test would see a view that ignored its seed.
+#[test]
+fn same_reports_and_seed_give_the_same_choices() {
+    let t0 = Instant::now();
+    let picks = |seed: u64| -> Vec<ExecutorId> {
+        let mut v = CapacityView::with_policy(
+            Duration::from_millis(1500),
+            RoutingPolicy::PowerOfChoices { d: 2 },
+            seed,
+        );
+        for i in 0..20u32 {
+            v.observe(report(&format!("e{i}"), i as i32, i % 5, 100), t0);
+        }
+        // Each choice is held, so load moves as requests land.
+        let mut held = Vec::new();
+        let mut out = Vec::new();
+        for n in 0..100 {
+            let c = v
+                .pick("sha", ask(16 + n % 7), t0)
+                .expect("executors are ready");
+            out.push(c.executor_id.clone());
+            held.push(c.held);
+        }
+        out
+    };
+    assert_eq!(picks(7), picks(7));
+    assert_ne!(picks(7), picks(8));
 }

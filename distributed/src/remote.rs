@@ -19,33 +19,43 @@ use stoker_executor::engine::{EngineStats, ModelInfo};
 use stoker_executor::tokenizer::ModelTokenizer;
 use stoker_executor::{RequestLimits, ValidRequest};
 use stoker_schemas::codes::ErrorCode;
+use stoker_schemas::ids::{ExecutorId, RequestId};
 use stoker_schemas::transport::{
     CapacityReport, ControlCommand, ControlMessage, JobMessage, ReplyEvent, ReplyMessage,
     TRANSPORT_VERSION, Versioned,
 };
 use tokio::sync::mpsc;
 
-pub mod capacity;
-pub mod prefix;
-pub mod sim;
+use stoker_api::backend::{
+    Artifact, Backend, BackendError, Fleet, Generation, LiveExecutor, Report, Runner,
+};
+use stoker_routing::prefix::{self, PrefixIndex};
+use stoker_routing::{CapacityView, Demand, Entry, InFlight, RoutingPolicy};
 
-use super::wire;
-use crate::backend::{Artifact, Backend, BackendError, Generation, Report, Runner};
 use crate::kafka::unix_ms;
-use capacity::{CapacityView, Demand, Entry, InFlight, RoutingPolicy};
-use prefix::PrefixIndex;
+use crate::wire;
+
+/// `kafka.routing` as the capacity view applies it.
+pub fn routing_policy(r: stoker_api::config::Routing) -> RoutingPolicy {
+    use stoker_api::config::Routing;
+    match r {
+        Routing::PowerOfThree => RoutingPolicy::PowerOfChoices { d: 3 },
+        Routing::PowerOfTwo => RoutingPolicy::PowerOfChoices { d: 2 },
+        Routing::MaxHeadroom => RoutingPolicy::MaxHeadroom,
+    }
+}
 
 /// How many executors a request is offered to before a refusal stands.
 const MAX_ATTEMPTS: usize = 3;
 
 struct Pending {
     events: mpsc::UnboundedSender<Report>,
-    executor: String,
+    executor: ExecutorId,
     /// The generation's view of `executor` (its provenance).
     runner: Runner,
     /// The job as sent, for a retry elsewhere; executors that refused it.
     job: JobMessage,
-    tried: Vec<String>,
+    tried: Vec<ExecutorId>,
     /// Counts the request in `executor`'s load in the view until it ends.
     _held: InFlight,
     /// A token reached the client: a retry would repeat it.
@@ -70,7 +80,7 @@ struct Inner {
     view: Mutex<CapacityView>,
     /// Which executor holds which prompt prefix in its cache.
     prefixes: Mutex<PrefixIndex>,
-    pending: Mutex<HashMap<String, Pending>>,
+    pending: Mutex<HashMap<RequestId, Pending>>,
     next: AtomicU64,
     rt: tokio::runtime::Handle,
 }
@@ -99,7 +109,17 @@ impl RemoteBackend {
         executor_timeout: Duration,
         reply_timeout: Duration,
         rt: tokio::runtime::Handle,
-    ) -> Result<Self, stoker_controlplane::transport::KafkaError> {
+    ) -> anyhow::Result<Self> {
+        // Request ids are `{instance}-{nonce}-{n}`: the longest must still
+        // be a valid request id, or no job of this instance could be sent.
+        let nonce = format!("{:x}", unix_ms());
+        let longest = format!("{instance}-{nonce}-{}", u64::MAX);
+        if let Err(e) = RequestId::new(longest) {
+            anyhow::bail!(
+                "this API instance's name `{instance}` cannot start request ids ({e}); \
+                 pass a shorter --id of letters, digits, '.', '_' and '-'"
+            );
+        }
         let topics = kafka.topics().clone();
         let replies = kafka.assign_from_end(
             &topics.replies,
@@ -115,7 +135,7 @@ impl RemoteBackend {
             kafka,
             slot,
             instance,
-            nonce: format!("{:x}", unix_ms()),
+            nonce,
             view: Mutex::new(CapacityView::new(executor_timeout)),
             prefixes: Mutex::new(PrefixIndex::new(prefix::DEFAULT_CAPACITY)),
             pending: Mutex::new(HashMap::new()),
@@ -245,7 +265,8 @@ impl Inner {
             if let Some(choice) = next {
                 tracing::debug!(request_id = %r.request_id, from = %p.executor, to = %choice.executor_id, %message, "re-routing a refused job");
                 p.executor = choice.executor_id.clone();
-                *p.runner.lock().unwrap_or_else(|e| e.into_inner()) = choice.executor_id.clone();
+                *p.runner.lock().unwrap_or_else(|e| e.into_inner()) =
+                    choice.executor_id.to_string();
                 p.tried.push(choice.executor_id.clone());
                 p._held = choice.held;
                 p.next_seq = 0;
@@ -271,16 +292,16 @@ impl Inner {
         }
     }
 
-    fn executor_lost(&self, id: &str) {
+    fn executor_lost(&self, id: &ExecutorId) {
         self.prefixes.lock().unwrap().forget(id);
         let mut pending = self.pending.lock().unwrap();
-        let ids: Vec<String> = pending
+        let ids: Vec<RequestId> = pending
             .iter()
-            .filter(|(_, p)| p.executor == id)
+            .filter(|(_, p)| p.executor == *id)
             .map(|(k, _)| k.clone())
             .collect();
         tracing::warn!(
-            executor = id,
+            executor = %id,
             requests = ids.len(),
             "executor lost: it stopped reporting"
         );
@@ -313,7 +334,7 @@ impl Inner {
     fn end_silent(&self, timeout: Duration) {
         let now = Instant::now();
         let mut pending = self.pending.lock().unwrap();
-        let silent: Vec<String> = pending
+        let silent: Vec<RequestId> = pending
             .iter()
             .filter(|(_, p)| now.saturating_duration_since(p.last_heard) > timeout)
             .map(|(k, _)| k.clone())
@@ -373,7 +394,7 @@ impl Inner {
         });
     }
 
-    fn cancel(self: &Arc<Self>, request_id: &str) {
+    fn cancel(self: &Arc<Self>, request_id: &RequestId) {
         let Some(p) = self.pending.lock().unwrap().remove(request_id) else {
             return;
         };
@@ -381,12 +402,12 @@ impl Inner {
     }
 
     /// Tells `executor` to stop generating `request_id`.
-    fn send_cancel(&self, request_id: &str, executor: &str) {
+    fn send_cancel(&self, request_id: &RequestId, executor: &ExecutorId) {
         let msg = ControlMessage {
             v: TRANSPORT_VERSION,
-            executor_id: executor.to_string(),
+            executor_id: executor.clone(),
             command: ControlCommand::Cancel {
-                request_id: request_id.to_string(),
+                request_id: request_id.clone(),
             },
         };
         let kafka = self.kafka.clone();
@@ -463,7 +484,12 @@ impl Backend for RemoteBackend {
                 message: "no executor serving this model is ready".into(),
             })?;
         let n = inner.next.fetch_add(1, Ordering::Relaxed);
-        let request_id = format!("{}-{}-{n}", inner.instance, inner.nonce);
+        // `start` checked that the instance's name leaves room for this.
+        let request_id = RequestId::new(format!("{}-{}-{n}", inner.instance, inner.nonce))
+            .map_err(|e| BackendError::Remote {
+                code: ErrorCode::InternalError,
+                message: format!("this API instance's request ids are malformed: {e}"),
+            })?;
         let (tx, rx) = mpsc::unbounded_channel();
         let mut job = JobMessage {
             v: TRANSPORT_VERSION,
@@ -484,7 +510,7 @@ impl Backend for RemoteBackend {
             .unwrap()
             .record(&blocks, &choice.executor_id);
         let partition = inner.route(&mut job, choice.slot);
-        let runner = Runner::new(Mutex::new(choice.executor_id.clone()));
+        let runner = Runner::new(Mutex::new(choice.executor_id.to_string()));
         inner.pending.lock().unwrap().insert(
             request_id.clone(),
             Pending {
@@ -519,8 +545,40 @@ impl Backend for RemoteBackend {
     fn kind(&self) -> &'static str {
         "kafka"
     }
+}
 
-    fn executors(&self) -> Vec<(Entry, bool)> {
+impl Fleet for RemoteBackend {
+    fn executors(&self) -> Vec<LiveExecutor> {
         RemoteBackend::executors(self)
+            .into_iter()
+            .map(|(e, alive)| LiveExecutor {
+                since_report: e.seen.elapsed(),
+                report: e.report,
+                alive,
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stoker_api::config::Routing;
+
+    #[test]
+    fn the_configured_default_is_the_views_default() {
+        assert_eq!(routing_policy(Routing::default()), RoutingPolicy::default());
+        assert_eq!(
+            routing_policy(Routing::MaxHeadroom),
+            RoutingPolicy::MaxHeadroom
+        );
+        assert_eq!(
+            routing_policy(Routing::PowerOfTwo),
+            RoutingPolicy::PowerOfChoices { d: 2 }
+        );
+        assert_eq!(
+            routing_policy(Routing::PowerOfThree),
+            RoutingPolicy::PowerOfChoices { d: 3 }
+        );
     }
 }

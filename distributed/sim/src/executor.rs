@@ -10,6 +10,7 @@ use std::collections::VecDeque;
 
 use stoker_executor::BLOCK_SIZE;
 use stoker_executor::scheduler::{PlannerConfig, StepFeatures};
+use stoker_schemas::ids::ExecutorId;
 use stoker_schemas::transport::{CapacityReport, PartitionLoad, TRANSPORT_VERSION};
 
 use super::events::{MS, Micros};
@@ -108,7 +109,7 @@ pub struct StepEnd {
 }
 
 pub struct Executor {
-    pub id: String,
+    pub id: ExecutorId,
     pub slot: i32,
     running: Vec<Seq>,
     waiting: VecDeque<u32>,
@@ -143,7 +144,7 @@ pub struct Executor {
 impl Executor {
     pub fn new(index: u32, cost: Cost, wanted: u32) -> Self {
         Executor {
-            id: format!("e{index}"),
+            id: format!("e{index}").parse().expect("a valid executor id"),
             slot: index as i32,
             running: Vec::new(),
             waiting: VecDeque::new(),
@@ -378,8 +379,8 @@ impl Executor {
         CapacityReport {
             v: TRANSPORT_VERSION,
             executor_id: self.id.clone(),
-            deployment_id: "sim".into(),
-            revision_id: "sim".into(),
+            deployment_id: "sim".parse().expect("a valid deployment id"),
+            revision_id: "sim".parse().expect("a valid revision id"),
             model_sha256: super::SHA.into(),
             slot: self.slot,
             ready: true,

@@ -17,18 +17,19 @@ use std::time::Duration;
 use stoker_controlplane::transport::{Kafka, Lease};
 use stoker_executor::engine::EngineEvent;
 use stoker_executor::{BLOCK_SIZE, TenantId, ValidRequest};
+use stoker_schemas::ids::{ExecutorId, RequestId};
 use stoker_schemas::transport::{
     CapacityReport, ControlCommand, ControlMessage, JobMessage, ReplyEvent, ReplyMessage,
     TRANSPORT_VERSION, Versioned,
 };
 use tokio::sync::oneshot;
 
-use crate::admission::Demand;
-use crate::backend::wire;
-use crate::error::ApiError;
 use crate::kafka::{LeaseHold, unix_ms};
-use crate::metrics::lane_name;
-use crate::state::{AppState, Phase};
+use crate::wire;
+use stoker_api::admission::Demand;
+use stoker_api::error::ApiError;
+use stoker_api::metrics::lane_name;
+use stoker_api::state::{AppState, Phase};
 
 mod held;
 mod seen;
@@ -40,10 +41,10 @@ use seen::Seen;
 pub struct JobServer {
     state: AppState,
     kafka: Kafka,
-    executor_id: String,
+    executor_id: ExecutorId,
     slot: i32,
     /// Cancel switches of the jobs running now, by request id.
-    running: Mutex<HashMap<String, oneshot::Sender<()>>>,
+    running: Mutex<HashMap<RequestId, oneshot::Sender<()>>>,
     /// The jobs in the engine by reply partition, for the reports.
     held: Held,
     report_seq: AtomicU64,
@@ -61,7 +62,7 @@ pub struct JobServer {
 impl JobServer {
     /// Starts the job, control, capacity and lease loops for `lease`'s partition.
     pub fn spawn(state: AppState, kafka: Kafka, lease: Lease) -> anyhow::Result<Arc<JobServer>> {
-        let executor_id = state.config.executor_id.clone();
+        let executor_id = ExecutorId::new(state.config.executor_id.clone())?;
         let topics = kafka.topics().clone();
         let jobs = kafka.assign_from_end(
             &topics.interactive,
@@ -164,12 +165,9 @@ impl JobServer {
         Some(CapacityReport {
             v: TRANSPORT_VERSION,
             executor_id: self.executor_id.clone(),
-            deployment_id: self
-                .state
-                .control()
-                .map(|c| c.deployment_id.to_string())
-                .unwrap_or_default(),
-            revision_id: served.provenance.revision.clone(),
+            // Distributed mode always has its control plane (Postgres).
+            deployment_id: self.state.control()?.deployment_id.clone(),
+            revision_id: served.provenance.revision.parse().ok()?,
             model_sha256: served.provenance.sha256.clone(),
             slot: self.slot,
             ready: phase == Phase::Ready,
@@ -258,7 +256,7 @@ impl JobServer {
     fn accept(
         &self,
         job: &JobMessage,
-    ) -> Result<(ValidRequest, crate::admission::Ticket), ApiError> {
+    ) -> Result<(ValidRequest, stoker_api::admission::Ticket), ApiError> {
         let retry = self.state.admission.retry_hint();
         // Older than the API's patience (it ends a request that hears
         // nothing for `reply_timeout_ms`): nobody waits for the answer.
@@ -310,7 +308,7 @@ impl JobServer {
             prompt_tokens: job.prompt.len(),
             max_tokens: job.sampling.max_tokens as usize,
             deadline: None,
-            tenant: crate::admission::TenantKey::new(&job.tenant, job.tenant_weight),
+            tenant: stoker_api::admission::TenantKey::new(&job.tenant, job.tenant_weight),
         };
         let ticket = self
             .state
@@ -377,7 +375,7 @@ impl JobServer {
                     handle.cancel();
                     continue;
                 }
-                _ = crate::edge::generate::stopped(&mut hard_stop) => {
+                _ = stoker_api::edge::generate::stopped(&mut hard_stop) => {
                     handle.cancel();
                     let e = ApiError::NotReady {
                         message: "the executor shut down before this request finished".into(),

@@ -1,4 +1,4 @@
-//! Sweeps the routing simulator (`stoker_api::backend::remote::sim`): each
+//! Sweeps the routing simulator (`stoker_sim`): each
 //! policy over API instances x executors at 80% of the executors' aggregate
 //! capacity, against the omniscient router, and prints the 50 x 500 line
 //! the scale issue sets targets for (load max/mean <= 1.25, TTFT p99 within
@@ -9,8 +9,8 @@
 
 use std::time::Instant;
 
-use stoker_api::backend::remote::capacity::RoutingPolicy;
-use stoker_api::backend::remote::sim::{self, Arrivals, Outcome, Policy, SimConfig};
+use stoker_routing::RoutingPolicy;
+use stoker_sim::{self as sim, Arrivals, Outcome, Policy, SimConfig};
 
 /// A row: its label, the policy, whether routers prefer the executor
 /// caching the prefix, whether they read their own requests out of the

@@ -1,7 +1,9 @@
-//! One percentile definition for every test and benchmark: linear
-//! interpolation between closest ranks (numpy's default), the one the load
-//! generator (`stoker bench`) reports, so figures compare across tools and can
-//! be checked by hand against the raw times.
+//! One percentile definition for every test, benchmark and the load
+//! generator: linear interpolation between closest ranks (numpy's default),
+//! the one `stoker bench` reports, so figures compare across tools and can
+//! be checked by hand against the raw times. A crate of its own, with no
+//! dependencies, so the `stoker` binary (which links the load generator)
+//! links no test-support code for it; `stoker-test-support` re-exports it.
 
 /// The `q` quantile (`0..=1`, clamped) of values sorted ascending, linearly
 /// interpolated between the two closest ranks; `NaN` when there are none.

@@ -1,6 +1,8 @@
 //! What a run measured: TTFT percentiles, goodput at an SLO, how evenly the
 //! executors were loaded, refusals and misrouted jobs.
 
+use stoker_stats::percentile;
+
 use super::events::{MS, Micros};
 use super::workload::Request;
 
@@ -42,14 +44,6 @@ pub struct Outcome {
     /// Executor time spent stepping per request finished, over the whole
     /// run (warm-up and drain included), ms.
     pub busy_ms_per_request: f64,
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i]
 }
 
 fn meets_slo(r: &Request, per_token_ms: f64) -> bool {

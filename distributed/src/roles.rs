@@ -1,22 +1,96 @@
-//! What the distributed roles add to the server in `roles/mod.rs`: the API
-//! reads only the model's header (tokenizer, chat template, identity; no
-//! weights) and generates through the executors (the remote backend); the
-//! executor adds the job front (`jobs/`) to the single-process server, and
+//! What the distributed roles add to the server `stoker_api::roles` runs,
+//! as its [`RoleParts`]: the API reads only the model's header (tokenizer,
+//! chat template, identity; no weights), generates through the executors
+//! (the remote backend) and holds an API slot; the executor adds the job
+//! front (`jobs/`) to the single-process server, holds an executor slot, and
 //! watches for a drain recorded for it.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use anyhow::Context;
+use futures_util::future::BoxFuture;
+use stoker_api::roles::RoleParts;
+use stoker_api::state::{AppState, Role};
 use stoker_controlplane::transport::{Kafka, Lease, LeaseKind};
 use stoker_executor::BLOCK_SIZE;
 use stoker_executor::engine::ModelInfo;
 use stoker_executor::model::ModelMeta;
 
-use crate::backend::remote::{ArtifactMeta, RemoteBackend};
 use crate::jobs::JobServer;
 use crate::kafka::{LeaseHold, kafka_settings, spawn_renewal};
-use crate::state::AppState;
+use crate::remote::{ArtifactMeta, RemoteBackend, routing_policy};
+
+/// What `role` adds to the server (nothing for `stoker serve`).
+pub fn parts(role: Role) -> Arc<dyn RoleParts> {
+    match role {
+        Role::Embedded => Arc::new(stoker_api::roles::InProcess),
+        Role::Api => Arc::new(ApiRole::default()),
+        Role::Executor => Arc::new(ExecutorRole::default()),
+    }
+}
+
+/// `stoker api`: the remote backend, and the API slot whose reply
+/// partitions it reads, released once drained.
+#[derive(Debug, Default)]
+pub struct ApiRole {
+    slot: Mutex<Option<LeaseHold>>,
+}
+
+impl RoleParts for ApiRole {
+    fn load<'a>(&'a self, state: &'a AppState) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async move {
+            let hold = load_api(state).await?;
+            *self.slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(hold);
+            Ok(())
+        })
+    }
+
+    fn drained(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let hold = self.slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+            if let Some(hold) = hold {
+                hold.release().await;
+            }
+        })
+    }
+}
+
+/// `stoker executor`: the job front, once started.
+#[derive(Default)]
+pub struct ExecutorRole {
+    front: OnceLock<Arc<JobServer>>,
+}
+
+impl RoleParts for ExecutorRole {
+    fn start<'a>(&'a self, state: &'a AppState) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async move {
+            let js = start_executor(state).await?;
+            let _ = self.front.set(js);
+            Ok(())
+        })
+    }
+
+    fn draining(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            if let Some(js) = self.front.get() {
+                // API instances stop routing here now rather than at the next report.
+                js.publish_capacity().await;
+                // Jobs routed from an older report may still arrive: take
+                // them before what is in flight is judged.
+                tokio::time::sleep(js.drain_grace()).await;
+            }
+        })
+    }
+
+    fn drained(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            if let Some(js) = self.front.get() {
+                js.release_slot().await;
+            }
+        })
+    }
+}
 
 fn lease_ttl(state: &AppState) -> Duration {
     Duration::from_millis(state.config.kafka.lease_ttl_ms.max(300))
@@ -55,7 +129,7 @@ async fn acquire(state: &AppState, kind: LeaseKind, count: i32) -> anyhow::Resul
 /// `stoker api`: the artifact's tokenizer and chat template, and a remote
 /// backend reading this instance's leased reply partition. Returns once some
 /// executor serving the model reports ready, with the API slot's lease.
-pub async fn load_api(state: &AppState) -> anyhow::Result<LeaseHold> {
+async fn load_api(state: &AppState) -> anyhow::Result<LeaseHold> {
     let kafka = connect(state).await?;
     let lease = acquire(state, LeaseKind::Replies, kafka.topics().api_slots).await?;
     let layout = kafka.topics().layout.as_str();
@@ -103,11 +177,13 @@ pub async fn load_api(state: &AppState) -> anyhow::Result<LeaseHold> {
     })
     .await
     .context("loader panicked")??;
-    backend.set_routing(state.config.kafka.routing.into());
-    state.install(Arc::new(backend.clone()));
+    backend.set_routing(routing_policy(state.config.kafka.routing));
+    let backend = Arc::new(backend);
+    state.install(backend.clone());
+    state.set_fleet(backend.clone());
     tracing::info!("waiting for an executor to report ready");
     tokio::task::spawn_blocking(move || {
-        use crate::backend::Backend;
+        use stoker_api::backend::Backend;
         backend.warm_up()
     })
     .await
@@ -116,7 +192,7 @@ pub async fn load_api(state: &AppState) -> anyhow::Result<LeaseHold> {
 }
 
 /// `stoker executor`: leases an interactive partition and starts taking jobs.
-pub async fn start_executor(state: &AppState) -> anyhow::Result<Arc<JobServer>> {
+async fn start_executor(state: &AppState) -> anyhow::Result<Arc<JobServer>> {
     let kafka = connect(state).await?;
     let lease = acquire(state, LeaseKind::Interactive, kafka.topics().executor_slots).await?;
     let layout = kafka.topics().layout.as_str();
