@@ -24,7 +24,7 @@ pub enum ModelError {
     BadSafetensors { path: PathBuf, reason: String },
     #[error(
         "unsupported Hugging Face architecture `{0}` (supported: {list})",
-        list = crate::model::hf::supported_classes().join(", ")
+        list = crate::arch::supported_hf_classes().join(", ")
     )]
     UnsupportedHfArchitecture(String),
     #[error("truncated GGUF file: {0}")]
