@@ -113,7 +113,7 @@ pub enum ValidationError {
     BadPenalty { name: &'static str, value: f32 },
     #[error(
         "repetition_penalty must be greater than 0 and at most {max}, got {0}",
-        max = crate::request::MAX_REPETITION_PENALTY
+        max = crate::limits::MAX_REPETITION_PENALTY
     )]
     BadRepetitionPenalty(f32),
     #[error("at most {max} logit_bias entries are allowed, got {got}")]

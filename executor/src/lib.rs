@@ -14,6 +14,7 @@ pub mod ids;
 pub mod inspect;
 pub mod kernels;
 pub mod kv;
+pub mod limits;
 pub mod logit_processing;
 pub mod logprobs;
 pub mod model;
