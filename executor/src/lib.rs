@@ -16,6 +16,7 @@ pub mod kernels;
 pub mod kv;
 pub mod limits;
 pub mod logit_processing;
+pub mod logits;
 pub mod logprobs;
 pub mod model;
 pub mod quantize;
