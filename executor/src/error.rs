@@ -24,7 +24,7 @@ pub enum ModelError {
     BadSafetensors { path: PathBuf, reason: String },
     #[error(
         "unsupported Hugging Face architecture `{0}` (supported: {list})",
-        list = crate::model::hf::supported_classes().join(", ")
+        list = crate::arch::supported_hf_classes().join(", ")
     )]
     UnsupportedHfArchitecture(String),
     #[error("truncated GGUF file: {0}")]
@@ -113,7 +113,7 @@ pub enum ValidationError {
     BadPenalty { name: &'static str, value: f32 },
     #[error(
         "repetition_penalty must be greater than 0 and at most {max}, got {0}",
-        max = crate::request::MAX_REPETITION_PENALTY
+        max = crate::limits::MAX_REPETITION_PENALTY
     )]
     BadRepetitionPenalty(f32),
     #[error("at most {max} logit_bias entries are allowed, got {got}")]

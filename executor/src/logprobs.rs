@@ -37,7 +37,7 @@ pub fn token_logprob(
     top_n: usize,
     scratch: &mut Vec<(f32, u32)>,
 ) -> TokenLogprob {
-    let max = crate::sampling::finite_max(logits);
+    let max = crate::logits::finite_max(logits);
     if !max.is_finite() {
         return TokenLogprob {
             id: chosen,

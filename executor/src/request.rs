@@ -7,6 +7,7 @@
 
 use crate::error::ValidationError;
 use crate::ids::{Lane, TenantId};
+use crate::limits::MAX_REPETITION_PENALTY;
 
 /// At most this many stop strings per request (the OpenAI limit).
 pub const MAX_STOP_STRINGS: usize = 4;
@@ -114,8 +115,6 @@ pub const MAX_LOGIT_BIAS: usize = 1024;
 pub const LOGIT_BIAS_RANGE: std::ops::RangeInclusive<f32> = -100.0..=100.0;
 /// The presence and frequency penalty range (OpenAI's).
 pub const PENALTY_RANGE: std::ops::RangeInclusive<f32> = -2.0..=2.0;
-/// Largest `repetition_penalty` accepted.
-pub const MAX_REPETITION_PENALTY: f32 = 10.0;
 /// The range a tenant's fair-share weight is clamped to.
 pub const TENANT_WEIGHTS: std::ops::RangeInclusive<u32> = 1..=10_000;
 

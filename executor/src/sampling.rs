@@ -5,6 +5,7 @@
 //! sampled token, so the same seed and request give the same tokens whatever
 //! else shares the batch. Ties are broken towards the lower token id.
 
+use crate::logits::finite_max;
 use crate::request::SamplingParams;
 
 /// xoshiro256** seeded through splitmix64: small, fast, and stable across
@@ -58,22 +59,6 @@ pub fn argmax(logits: &[f32]) -> u32 {
         }
     }
     best as u32
-}
-
-/// The largest finite logit; negative infinity when there is none.
-pub fn finite_max(logits: &[f32]) -> f32 {
-    // Eight lanes of branch-free maxima, which the compiler vectorizes.
-    let pick = |m: f32, v: f32| if v.is_finite() && v > m { v } else { m };
-    let mut lanes = [f32::NEG_INFINITY; 8];
-    let chunks = logits.chunks_exact(8);
-    let rest = chunks.remainder();
-    for c in chunks {
-        for (m, &v) in lanes.iter_mut().zip(c) {
-            *m = pick(*m, v);
-        }
-    }
-    let m = rest.iter().fold(f32::NEG_INFINITY, |m, &v| pick(m, v));
-    lanes.iter().fold(m, |a, &b| if b > a { b } else { a })
 }
 
 /// How many candidates are sorted before falling back to a full sort for top-p.
@@ -158,24 +143,6 @@ pub fn sample(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn finite_max_skips_masked_and_non_finite_logits_in_every_lane() {
-        for len in [0usize, 1, 7, 8, 9, 33] {
-            for at in 0..len {
-                let mut row = vec![f32::NEG_INFINITY; len];
-                row[at] = -3.0;
-                if at + 1 < len {
-                    row[at + 1] = f32::NAN;
-                }
-                if at > 0 {
-                    row[at - 1] = f32::INFINITY;
-                }
-                assert_eq!(finite_max(&row), -3.0, "len {len} at {at}");
-            }
-            assert_eq!(finite_max(&vec![f32::NAN; len]), f32::NEG_INFINITY);
-        }
-    }
 
     fn params(temperature: f32, top_k: Option<usize>, top_p: f32) -> SamplingParams {
         SamplingParams {

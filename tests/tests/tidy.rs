@@ -1,8 +1,8 @@
 //! Tidy: the checks that keep the tree readable and the map true, so they
 //! cannot rot silently. Every path `ARCHITECTURE.md` names exists; every
 //! crate and module opens with a `//!` header that says why it exists; no
-//! source file outside tests is over 800 lines; and no module of the server
-//! library imports a module that imports it back (the layering
+//! source file outside tests is over 800 lines; and in no crate of the
+//! workspace does a module import a module that imports it back (the layering
 //! `ARCHITECTURE.md` describes).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -43,7 +43,14 @@ fn files(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) {
 fn rust_files() -> Vec<PathBuf> {
     let root = root();
     let mut out = Vec::new();
-    for top in ["api", "controlplane", "executor", "schemas", "tests"] {
+    for top in [
+        "api",
+        "controlplane",
+        "executor",
+        "schemas",
+        "tests",
+        "distributed",
+    ] {
         files(&root.join(top), ".rs", &mut out);
     }
     out.sort();
@@ -196,47 +203,149 @@ fn module_of(src: &Path, file: &Path) -> Vec<String> {
     parts
 }
 
-/// The `crate::` paths a file names, `use crate::{a, b::c}` groups included
-/// (one level deep), each as its module segments.
+/// The `crate::` paths a file names, `use crate::{a, b::{c, d}}` groups
+/// included (nested to any depth), each as its module segments: the leading
+/// lowercase segments, so `crate::a::Type::f` is `a`.
 fn crate_refs(text: &str) -> Vec<Vec<String>> {
-    let code: String = text
-        .lines()
-        .map(|l| l.split("//").next().unwrap_or(""))
-        .collect::<Vec<_>>()
-        .join("\n");
     let mut out = Vec::new();
+    let code = without_comments(text);
     let mut rest = code.as_str();
     while let Some(i) = rest.find("crate::") {
         rest = &rest[i + "crate::".len()..];
-        if let Some(group) = rest.strip_prefix('{') {
-            let end = group.find('}').unwrap_or(group.len());
-            for item in group[..end].split(',') {
-                out.push(segments(item.trim()));
-            }
-        } else {
-            out.push(segments(rest));
-        }
+        let mut tree = rest;
+        use_tree(&mut tree, &[], true, &mut out);
     }
     out
 }
 
-fn segments(s: &str) -> Vec<String> {
-    let mut segs = Vec::new();
-    let mut s = s;
+fn without_comments(text: &str) -> String {
+    text.lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The `super::` paths of a file whose module is `me`, as `crate::` paths
+/// (`super::super::a` in `x::y::z` is `x::a`). Inside a top-level inline
+/// module (`mod tests {` to the `}` that closes it in column 0), `super` is
+/// the file's module itself.
+fn super_refs(text: &str, me: &[String]) -> Vec<Vec<String>> {
+    let code = without_comments(text);
+    // Whether each line (by its first byte) is inside an inline module.
+    let mut lines = Vec::new();
+    let mut inline = false;
+    let mut at = 0;
+    for line in code.split('\n') {
+        if !line.starts_with(char::is_whitespace) {
+            let decl = line
+                .trim_start_matches("pub ")
+                .trim_start_matches("pub(crate) ");
+            if decl.starts_with("mod ") && line.trim_end().ends_with('{') {
+                inline = true;
+            } else if line.trim_end() == "}" {
+                inline = false;
+            }
+        }
+        lines.push((at, inline));
+        at += line.len() + 1;
+    }
+    let mut out = Vec::new();
+    let mut rest = code.as_str();
+    while let Some(i) = rest.find("super::") {
+        let pos = code.len() - rest.len() + i;
+        rest = &rest[i + "super::".len()..];
+        let before = code[..pos].chars().next_back();
+        if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+            continue;
+        }
+        let mut up = 1;
+        while let Some(r) = rest.trim_start().strip_prefix("super::") {
+            rest = r;
+            up += 1;
+        }
+        let inline = lines
+            .iter()
+            .rev()
+            .find(|(start, _)| *start <= pos)
+            .is_some_and(|(_, inline)| *inline);
+        let base = me.len() + usize::from(inline);
+        let Some(keep) = base.checked_sub(up) else {
+            continue;
+        };
+        let mut tree = rest;
+        use_tree(&mut tree, &me[..keep.min(me.len())], true, &mut out);
+    }
+    out
+}
+
+/// Reads the path or use tree at the start of `s` (what follows `crate::` or
+/// a group's `{` or `,`), moving `s` past it, and pushes each path it names,
+/// after `prefix`, onto `out`. `open` is false once a segment named an item
+/// rather than a module: later segments are not modules.
+fn use_tree(s: &mut &str, prefix: &[String], open: bool, out: &mut Vec<Vec<String>>) {
+    let mut path = prefix.to_vec();
+    let mut open = open;
     loop {
+        *s = s.trim_start();
+        if let Some(group) = s.strip_prefix('{') {
+            *s = group;
+            loop {
+                *s = s.trim_start();
+                if let Some(r) = s.strip_prefix('}') {
+                    *s = r;
+                    return;
+                }
+                let before = s.len();
+                use_tree(s, &path, open, out);
+                *s = s.trim_start();
+                if let Some(r) = s.strip_prefix(',') {
+                    *s = r;
+                } else if !s.starts_with('}') || s.len() == before {
+                    return; // not a use tree: stop reading
+                }
+            }
+        }
+        if let Some(r) = s.strip_prefix('*') {
+            *s = r;
+            break;
+        }
         let end = s
-            .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
             .unwrap_or(s.len());
         if end == 0 {
             break;
         }
-        segs.push(s[..end].to_string());
-        match s[end..].strip_prefix("::") {
-            Some(r) => s = r,
+        let seg = &s[..end];
+        *s = &s[end..];
+        if seg == "self" {
+            // `a::{self, b}`: `self` is `a`.
+        } else if open
+            && seg
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        {
+            path.push(seg.to_string());
+        } else {
+            open = false;
+        }
+        match s.strip_prefix("::") {
+            Some(r) => *s = r,
             None => break,
         }
     }
-    segs
+    // `a::b as c`: skip the new name.
+    let t = s.trim_start();
+    if let Some(r) = t
+        .strip_prefix("as")
+        .filter(|r| r.starts_with(char::is_whitespace))
+    {
+        let r = r.trim_start();
+        let end = r
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(r.len());
+        *s = &r[end..];
+    }
+    out.push(path);
 }
 
 /// The strongly connected components of more than one module.
@@ -281,6 +390,9 @@ fn module_graph(src: &Path, depth: usize) -> BTreeMap<String, BTreeSet<String>> 
     files(src, ".rs", &mut list);
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for f in list {
+        if f.starts_with(src.join("bin")) {
+            continue; // each file of `src/bin/` is a crate of its own
+        }
         let me = module_of(src, &f);
         if me.is_empty() {
             continue;
@@ -288,7 +400,7 @@ fn module_graph(src: &Path, depth: usize) -> BTreeMap<String, BTreeSet<String>> 
         let me_key = me[..me.len().min(depth)].join("::");
         let text = std::fs::read_to_string(&f).unwrap_or_default();
         let entry = graph.entry(me_key.clone()).or_default();
-        for r in crate_refs(&text) {
+        for r in crate_refs(&text).into_iter().chain(super_refs(&text, &me)) {
             let key = r[..r.len().min(depth)].join("::");
             if !key.is_empty() && key != me_key && !me_key.starts_with(&format!("{key}::")) {
                 entry.insert(key);
@@ -303,17 +415,132 @@ fn module_graph(src: &Path, depth: usize) -> BTreeMap<String, BTreeSet<String>> 
     graph
 }
 
-#[test]
-fn the_server_library_has_no_import_cycles() {
-    let src = root().join("api/src");
-    for depth in [1, 2, 3] {
-        let found = cycles(&module_graph(&src, depth));
-        assert!(
-            found.is_empty(),
-            "modules of api/src that import each other (depth {depth}); move what both use \
-             to a module below them:\n{found:?}"
-        );
+/// The `src/` folder of every crate at or under `dir`: each folder that holds
+/// a `Cargo.toml` and a `src/`, skipping build output, fetched models and
+/// tools and hidden folders.
+fn crate_sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    if dir.join("Cargo.toml").is_file() && dir.join("src").is_dir() {
+        out.push(dir.join("src"));
     }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut dirs: Vec<PathBuf> = entries
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            e.path().is_dir()
+                && !name.starts_with('.')
+                && !matches!(name.as_str(), "target" | "models" | "node_modules" | "src")
+        })
+        .map(|e| e.path())
+        .collect();
+    dirs.sort();
+    for d in dirs {
+        crate_sources(&d, out);
+    }
+}
+
+#[test]
+fn no_crate_has_an_import_cycle() {
+    let mut sources = Vec::new();
+    crate_sources(&root(), &mut sources);
+    let mut found = Vec::new();
+    for src in &sources {
+        for depth in [1, 2, 3] {
+            let graph = module_graph(src, depth);
+            for c in cycles(&graph) {
+                // Each module's imports within the circle, to see where to cut.
+                let edges: Vec<String> = c
+                    .iter()
+                    .map(|m| {
+                        let to: Vec<&str> = graph[m]
+                            .iter()
+                            .filter(|d| c.contains(d))
+                            .map(String::as_str)
+                            .collect();
+                        format!("{m} -> {}", to.join(", "))
+                    })
+                    .collect();
+                found.push(format!(
+                    "{} (depth {depth}): {}",
+                    rel(src),
+                    edges.join("; ")
+                ));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "modules that import each other, directly or round a circle; move what both \
+         use to a module below them:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn every_crate_of_the_workspace_is_found() {
+    let mut sources = Vec::new();
+    crate_sources(&root(), &mut sources);
+    let found: Vec<String> = sources.iter().map(|p| rel(p)).collect();
+    for want in [
+        "api/src",
+        "api/cli/src",
+        "api/bench/src",
+        "controlplane/src",
+        "executor/src",
+        "schemas/src",
+        "tests/support/src",
+    ] {
+        assert!(found.iter().any(|f| f == want), "{want} not in {found:?}");
+    }
+
+    // A tree of its own: crates nested in crates are found; build output,
+    // hidden and fetched folders and folders without `src/` are not.
+    let tmp = std::env::temp_dir().join(format!("tidy-crates-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    for d in [
+        "a/src",
+        "a/b/src",
+        "d/e/src",
+        "target/t/src",
+        ".git/h/src",
+        "models/m/src",
+        "node_modules/n/src",
+        "c",
+    ] {
+        std::fs::create_dir_all(tmp.join(d)).unwrap();
+    }
+    for c in [
+        "a",
+        "a/b",
+        "d/e",
+        "target/t",
+        ".git/h",
+        "models/m",
+        "node_modules/n",
+        "c",
+    ] {
+        std::fs::write(tmp.join(c).join("Cargo.toml"), "").unwrap();
+    }
+    let mut sources = Vec::new();
+    crate_sources(&tmp, &mut sources);
+    let got: Vec<String> = sources
+        .iter()
+        .map(|p| {
+            p.strip_prefix(&tmp)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/")
+        })
+        .collect();
+    std::fs::remove_dir_all(&tmp).unwrap();
+    assert_eq!(got, ["a/src", "a/b/src", "d/e/src"]);
+
+    // A folder that is not there holds no crates.
+    let mut none = Vec::new();
+    crate_sources(&tmp.join("distributed"), &mut none);
+    assert!(none.is_empty());
 }
 
 #[test]
@@ -327,5 +554,65 @@ fn the_cycle_check_finds_a_cycle() {
     assert_eq!(
         crate_refs("use crate::{a::b, c};\nlet x = crate::d::e(); // crate::f"),
         vec![vec!["a", "b"], vec!["c"], vec!["d", "e"]]
+    );
+}
+
+#[test]
+fn nested_use_groups_name_only_their_own_paths() {
+    assert_eq!(
+        crate_refs("use crate::{a::{b, c}, d};"),
+        vec![vec!["a", "b"], vec!["a", "c"], vec!["d"]]
+    );
+    assert_eq!(
+        crate_refs(
+            "use crate::{\n    a::{self, b::{c, Type as T}, *},\n    e::F,\n    g as h,\n};\nfn f() {}"
+        ),
+        vec![
+            vec!["a"],
+            vec!["a", "b", "c"],
+            vec!["a", "b"],
+            vec!["a"],
+            vec!["e"],
+            vec!["g"],
+        ]
+    );
+    // An item's members are not modules.
+    assert_eq!(
+        crate_refs("use crate::a::Type::{x, y};"),
+        vec![vec!["a"], vec!["a"]]
+    );
+    assert_eq!(
+        crate_refs("pub(crate) fn f() {}"),
+        Vec::<Vec<String>>::new()
+    );
+}
+
+#[test]
+fn super_paths_resolve_from_the_files_module() {
+    let me: Vec<String> = ["x", "y", "z"].map(String::from).to_vec();
+    assert_eq!(
+        super_refs(
+            "use super::{\n    a,\n    b::{c, d},\n};\nfn f() { super::super::e::g(); }\n",
+            &me
+        ),
+        vec![
+            vec!["x", "y", "a"],
+            vec!["x", "y", "b", "c"],
+            vec!["x", "y", "b", "d"],
+            vec!["x", "e", "g"],
+        ]
+    );
+    // In an inline module `super` is the file's own module.
+    assert_eq!(
+        super_refs(
+            "use super::a;\n#[cfg(test)]\nmod tests {\n    use super::*;\n    use super::super::b;\n}\nuse super::c;\n",
+            &me
+        ),
+        vec![
+            vec!["x", "y", "a"],
+            vec!["x", "y", "z"],
+            vec!["x", "y", "b"],
+            vec!["x", "y", "c"],
+        ]
     );
 }

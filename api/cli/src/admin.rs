@@ -10,7 +10,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::client::{Api, CliError, ServerArgs, enc, print_json, report};
-use crate::table::{Cols, table};
+use crate::table::{Cols, EVENT_COLS, table};
 
 #[derive(Args, Debug)]
 pub struct AdminArgs {
@@ -457,14 +457,6 @@ const EXECUTOR_COLS: Cols = &[
     ("STATUS", "/status"),
     ("REASON", "/reason"),
     ("UPDATED", "/updated_at"),
-];
-pub(crate) const EVENT_COLS: Cols = &[
-    ("POSITION", "/position"),
-    ("TIME", "/recorded_at"),
-    ("STREAM", "/stream_id"),
-    ("EVENT", "/event_type"),
-    ("ACTOR", "/actor"),
-    ("REASON", "/reason"),
 ];
 const REQUEST_COLS: Cols = &[
     ("REQUEST", "/request_id"),

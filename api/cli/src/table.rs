@@ -1,10 +1,22 @@
 //! Tables for the client commands: columns are (header, JSON pointer) pairs
-//! read from the server's JSON answers, padded to their widest cell.
+//! read from the server's JSON answers, padded to their widest cell. The
+//! columns more than one command prints (an event log's) live here too.
 
 use serde_json::Value;
 
 /// A table's columns: header and the JSON pointer its cells come from.
 pub type Cols = &'static [(&'static str, &'static str)];
+
+/// The columns of recorded events: the audit log, a deployment's history,
+/// and the events an admin or tenant command recorded.
+pub(crate) const EVENT_COLS: Cols = &[
+    ("POSITION", "/position"),
+    ("TIME", "/recorded_at"),
+    ("STREAM", "/stream_id"),
+    ("EVENT", "/event_type"),
+    ("ACTOR", "/actor"),
+    ("REASON", "/reason"),
+];
 
 /// One cell: the value at a JSON pointer, `-` when absent or null.
 pub fn cell(v: &Value, ptr: &str) -> String {

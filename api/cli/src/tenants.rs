@@ -11,9 +11,8 @@ use clap::{Args, Subcommand};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::admin::EVENT_COLS;
 use crate::client::{Api, ServerArgs, enc, print_json, report};
-use crate::table::{Cols, table};
+use crate::table::{Cols, EVENT_COLS, table};
 
 #[derive(Subcommand, Debug)]
 pub enum TenantCmd {

@@ -10,7 +10,6 @@ use serde::{Deserialize, Serialize};
 use stoker_schemas::events::{KeyScope, TenantEvent, TenantQuota};
 use stoker_schemas::ids::{KeyId, TenantId};
 
-use super::views::{Touched, Views, kind};
 use crate::store::Recorded;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -49,71 +48,65 @@ pub struct TenantView {
     pub updated_at: DateTime<Utc>,
 }
 
-impl Views {
-    /// The tenant holding `key_id`, if any key has that id.
-    pub fn tenant_of_key(&self, key_id: &KeyId) -> Option<&TenantId> {
-        self.tenants
-            .values()
-            .find(|t| t.keys.contains_key(key_id))
-            .map(|t| &t.tenant_id)
+/// Folds one event of a `tenant` stream into `tenants` (keyed by tenant id);
+/// returns the id of the tenant it changed, if any.
+pub(super) fn fold(
+    tenants: &mut BTreeMap<String, TenantView>,
+    ev: &Recorded,
+    e: TenantEvent,
+) -> Option<String> {
+    let id = ev.stream.stream_id.0.clone();
+    let at = ev.recorded_at;
+    let by = ev.actor.0.clone();
+    if let TenantEvent::TenantCreated(c) = &e {
+        tenants.insert(
+            id.clone(),
+            TenantView {
+                tenant_id: c.tenant_id.clone(),
+                display_name: c.display_name.clone(),
+                quota: TenantQuota::default(),
+                quota_set: false,
+                keys: BTreeMap::new(),
+                created_at: at,
+                created_by: by,
+                updated_at: at,
+            },
+        );
+        return Some(id);
     }
-
-    pub(super) fn fold_tenant(&mut self, ev: &Recorded, e: TenantEvent) -> Vec<Touched> {
-        let id = ev.stream.stream_id.0.clone();
-        let at = ev.recorded_at;
-        let by = ev.actor.0.clone();
-        if let TenantEvent::TenantCreated(c) = &e {
-            self.tenants.insert(
-                id.clone(),
-                TenantView {
-                    tenant_id: c.tenant_id.clone(),
-                    display_name: c.display_name.clone(),
-                    quota: TenantQuota::default(),
-                    quota_set: false,
-                    keys: BTreeMap::new(),
-                    created_at: at,
-                    created_by: by,
-                    updated_at: at,
+    let t = tenants.get_mut(&id)?;
+    t.updated_at = at;
+    match e {
+        TenantEvent::TenantCreated(_) => {}
+        TenantEvent::ApiKeyIssued(k) => {
+            t.keys.insert(
+                k.key_id.clone(),
+                KeyView {
+                    key_id: k.key_id,
+                    tenant_id: k.tenant_id,
+                    name: k.name,
+                    scopes: k.scopes,
+                    salt: k.salt,
+                    secret_sha256: k.secret_sha256,
+                    issued_at: at,
+                    issued_by: by,
+                    revoked_at: None,
+                    revoked_by: None,
+                    revoke_reason: None,
                 },
             );
-            return vec![(kind::TENANT, id)];
         }
-        let Some(t) = self.tenants.get_mut(&id) else {
-            return Vec::new();
-        };
-        t.updated_at = at;
-        match e {
-            TenantEvent::TenantCreated(_) => {}
-            TenantEvent::ApiKeyIssued(k) => {
-                t.keys.insert(
-                    k.key_id.clone(),
-                    KeyView {
-                        key_id: k.key_id,
-                        tenant_id: k.tenant_id,
-                        name: k.name,
-                        scopes: k.scopes,
-                        salt: k.salt,
-                        secret_sha256: k.secret_sha256,
-                        issued_at: at,
-                        issued_by: by,
-                        revoked_at: None,
-                        revoked_by: None,
-                        revoke_reason: None,
-                    },
-                );
-            }
-            TenantEvent::ApiKeyRevoked(r) => {
-                if let Some(k) = t.keys.get_mut(&r.key_id) {
-                    k.revoked_at = Some(at);
-                    k.revoked_by = Some(by);
-                    k.revoke_reason = ev.reason.clone();
-                }
-            }
-            TenantEvent::TenantQuotaSet(q) => {
-                t.quota = q.quota;
-                t.quota_set = true;
+        TenantEvent::ApiKeyRevoked(r) => {
+            if let Some(k) = t.keys.get_mut(&r.key_id) {
+                k.revoked_at = Some(at);
+                k.revoked_by = Some(by);
+                k.revoke_reason = ev.reason.clone();
             }
         }
-        vec![(kind::TENANT, id)]
+        TenantEvent::TenantQuotaSet(q) => {
+            t.quota = q.quota;
+            t.quota_set = true;
+        }
     }
+    Some(id)
 }

@@ -15,8 +15,11 @@ use stoker_schemas::events::{
     DeploymentLimits, EventPayload, ExecutorEvent, GateFigures, RevisionEvent, SloGates,
     TenantEvent,
 };
-use stoker_schemas::ids::{BatchId, DeploymentId, ExecutorId, FileId, RevisionId, RolloutId};
+use stoker_schemas::ids::{
+    BatchId, DeploymentId, ExecutorId, FileId, KeyId, RevisionId, RolloutId, TenantId,
+};
 
+use super::tenants::{self, TenantView};
 use crate::store::{Position, Recorded};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -187,7 +190,7 @@ pub struct Views {
     pub batches: BTreeMap<String, BatchView>,
     /// Keyed by tenant id.
     #[serde(default)]
-    pub tenants: BTreeMap<String, super::tenants::TenantView>,
+    pub tenants: BTreeMap<String, TenantView>,
 }
 
 /// A document the fold changed: (kind, id).
@@ -212,6 +215,14 @@ fn decode<E: EventPayload>(ev: &Recorded) -> Result<E, FoldError> {
 }
 
 impl Views {
+    /// The tenant holding `key_id`, if any key has that id.
+    pub fn tenant_of_key(&self, key_id: &KeyId) -> Option<&TenantId> {
+        self.tenants
+            .values()
+            .find(|t| t.keys.contains_key(key_id))
+            .map(|t| &t.tenant_id)
+    }
+
     pub fn revision_key(deployment: &str, revision: &str) -> String {
         format!("{deployment}/{revision}")
     }
@@ -241,7 +252,10 @@ impl Views {
             CapacityProfileEvent::STREAM_TYPE => self.fold_capacity(ev, decode(ev)?),
             ExecutorEvent::STREAM_TYPE => self.fold_executor(ev, decode(ev)?),
             BatchEvent::STREAM_TYPE => self.fold_batch(ev, decode(ev)?),
-            TenantEvent::STREAM_TYPE => self.fold_tenant(ev, decode(ev)?),
+            TenantEvent::STREAM_TYPE => tenants::fold(&mut self.tenants, ev, decode(ev)?)
+                .map(|id| (kind::TENANT, id))
+                .into_iter()
+                .collect(),
             _ => Vec::new(),
         };
         self.position = ev.position;

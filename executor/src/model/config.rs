@@ -255,7 +255,7 @@ impl ModelConfig {
         {
             return bad("dimensions must be multiples of the quantization block");
         }
-        if self.head_dim > crate::model::forward::MAX_HEAD_DIM {
+        if self.head_dim > crate::limits::MAX_HEAD_DIM {
             return bad("head dimension is larger than supported");
         }
         if self.rope_dim == 0 || !self.rope_dim.is_multiple_of(2) || self.rope_dim > self.head_dim {

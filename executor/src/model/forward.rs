@@ -20,6 +20,7 @@ use rayon::prelude::*;
 
 use crate::ids::{BLOCK_SIZE, BlockId};
 use crate::kernels::{self, QMatrix};
+use crate::limits::MAX_HEAD_DIM;
 use crate::logprobs::{TokenLogprob, token_logprob};
 use crate::model::Model;
 use crate::model::attention::{RowKv, Scoring, attend_one_with};
@@ -448,9 +449,6 @@ fn gelu_tanh(x: f32) -> f32 {
 /// Rows per parallel task in the row-wise steps (rope, activation): below this a
 /// step's rows stay on one thread, as a decode step's do.
 const ROWS_PER_TASK: usize = 16;
-
-/// Largest head dimension the per-head norms handle without allocating.
-pub const MAX_HEAD_DIM: usize = 512;
 
 fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32], h: usize) {
     for (xr, or) in x.chunks(h).zip(out.chunks_mut(h)) {

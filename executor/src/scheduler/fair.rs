@@ -56,6 +56,7 @@ use std::collections::HashMap;
 use crate::ids::{Lane, SeqId, TenantId};
 
 use super::Scheduler;
+use super::plan::Admit;
 use super::sequence::Sequence;
 use super::step::Step;
 
@@ -190,16 +191,6 @@ impl FairShare {
 
 fn normalized(tokens: usize, weight: u32) -> f64 {
     tokens as f64 / weight.max(1) as f64
-}
-
-/// What stops admission after one attempt.
-pub(super) enum Admit {
-    /// The head was admitted; try the next.
-    Admitted,
-    /// This lane admits no more this step; the batch lane may still.
-    LaneDone,
-    /// No lane admits more this step.
-    Stop,
 }
 
 impl Scheduler {

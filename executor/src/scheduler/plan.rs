@@ -5,6 +5,8 @@
 //! preempted request ids), flattened into one chunk per sequence. Plans are
 //! plain values: the engine reads them, runs the forward pass, and hands the
 //! same plan back to [`Scheduler::complete_step`](super::Scheduler::complete_step).
+//! While a plan is built, each admission attempt ends in an [`Admit`], which
+//! both the step and the fair-share order read.
 
 use std::ops::Range;
 
@@ -64,4 +66,14 @@ impl StepPlan {
     pub fn num_tokens(&self) -> usize {
         self.chunks.iter().map(|c| c.len).sum()
     }
+}
+
+/// What stops admission after one attempt.
+pub(super) enum Admit {
+    /// The head was admitted; try the next.
+    Admitted,
+    /// This lane admits no more this step; the batch lane may still.
+    LaneDone,
+    /// No lane admits more this step.
+    Stop,
 }

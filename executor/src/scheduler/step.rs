@@ -99,8 +99,7 @@ use crate::kv::hash::extend_chain;
 
 use super::config::NEAR_CHAT_STEPS;
 use super::cost::{CostModel, StepFeatures};
-use super::fair::Admit;
-use super::plan::{AbortReason, ScheduledChunk, StepPlan};
+use super::plan::{AbortReason, Admit, ScheduledChunk, StepPlan};
 use super::sequence::SeqStatus;
 use super::{PerLane, Scheduler};
 

@@ -14,7 +14,7 @@ mod constraint;
 mod vocabulary;
 
 pub use constraint::{Constraint, Mask};
-pub use vocabulary::Grammars;
+pub use vocabulary::{Grammars, Vocabulary};
 
 use serde_json::Value;
 

@@ -10,7 +10,6 @@ use llguidance::{Matcher, ParserFactory};
 
 use super::constraint::first_line;
 use super::{Constraint, GrammarError, StructuredOutput};
-use crate::tokenizer::ModelTokenizer;
 
 /// Compiles response formats for one tokenizer. Cheap to clone.
 #[derive(Clone)]
@@ -27,15 +26,32 @@ impl std::fmt::Debug for Grammars {
     }
 }
 
+/// What the grammar compiler needs of a tokenizer: every token's bytes and
+/// whether it is special, and the ids of its special roles. The tokenizer
+/// describes itself this way ([`ModelTokenizer::grammars`]), so this module
+/// does not depend on it.
+///
+/// [`ModelTokenizer::grammars`]: crate::tokenizer::ModelTokenizer::grammars
+#[derive(Clone, Debug, Default)]
+pub struct Vocabulary {
+    /// By token id: the token's bytes and whether it is a special token.
+    pub tokens: Vec<(Vec<u8>, bool)>,
+    pub eos: u32,
+    pub bos: Option<u32>,
+    pub pad: Option<u32>,
+    pub unk: Option<u32>,
+}
+
 impl Grammars {
-    /// Builds the token trie and parser factory of `tokenizer` (tens of
+    /// Builds the token trie and parser factory of a vocabulary (tens of
     /// milliseconds for a 50k vocabulary; done once per model).
-    pub fn new(tokenizer: &ModelTokenizer) -> Result<Self, GrammarError> {
-        let vocab_size = tokenizer.vocab_size();
-        let words: Vec<Vec<u8>> = (0..vocab_size as u32)
-            .map(|id| {
-                let bytes = tokenizer.token_bytes(id);
-                if tokenizer.is_special(id) {
+    pub fn new(vocab: Vocabulary) -> Result<Self, GrammarError> {
+        let vocab_size = vocab.tokens.len();
+        let words: Vec<Vec<u8>> = vocab
+            .tokens
+            .into_iter()
+            .map(|(bytes, special)| {
+                if special {
                     let mut w = Vec::with_capacity(bytes.len() + 1);
                     w.push(TokTrie::SPECIAL_TOKEN_MARKER);
                     w.extend_from_slice(&bytes);
@@ -47,10 +63,10 @@ impl Grammars {
             .collect();
         let info = TokRxInfo {
             vocab_size: vocab_size as u32,
-            tok_eos: tokenizer.eos_token_id(),
-            tok_bos: tokenizer.bos_token_id(),
-            tok_pad: tokenizer.pad_token_id(),
-            tok_unk: tokenizer.unknown_token_id(),
+            tok_eos: vocab.eos,
+            tok_bos: vocab.bos,
+            tok_pad: vocab.pad,
+            tok_unk: vocab.unk,
             tok_end_of_turn: None,
         };
         let trie = TokTrie::from(&info, &words);

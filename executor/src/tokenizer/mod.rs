@@ -365,7 +365,17 @@ impl ModelTokenizer {
         &self,
     ) -> Result<&crate::structured::Grammars, crate::structured::GrammarError> {
         self.grammars
-            .get_or_init(|| crate::structured::Grammars::new(self))
+            .get_or_init(|| {
+                crate::structured::Grammars::new(crate::structured::Vocabulary {
+                    tokens: (0..self.vocab_size as u32)
+                        .map(|id| (self.token_bytes(id), self.is_special(id)))
+                        .collect(),
+                    eos: self.eos,
+                    bos: self.bos,
+                    pad: self.pad,
+                    unk: self.unk,
+                })
+            })
             .as_ref()
             .map_err(Clone::clone)
     }

@@ -15,8 +15,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::file::Lane;
 use super::run::{BatchSpan, TenantRun};
-use super::spec::{Lane, Tenant, TenantSlo};
+use super::spec::{Tenant, TenantSlo};
 use crate::spec::Slo;
 use crate::stats::{Dist, percentile, summarize};
 use crate::target::Outcome;

@@ -1,6 +1,7 @@
 //! The scenario TOML file as written: serde structs that refuse unknown
-//! fields, with [`Spanned`] on every value a later check may refuse, and the
-//! one place that turns a byte offset into `file:line:` for a message.
+//! fields, with [`Spanned`] on every value a later check may refuse; the
+//! [`Lane`] a tenant names, which the checked scenario keeps as written; and
+//! the one place that turns a byte offset into `file:line:` for a message.
 //!
 //! Nothing here judges a value beyond its TOML type; `spec.rs` does that with
 //! the spans kept here, so every refusal can name the line and the field a
@@ -9,11 +10,22 @@
 use std::ops::Range;
 use std::path::Path;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
-use super::spec::Lane;
 use crate::spec::{Endpoint, SpecError};
+
+/// How a tenant's work reaches the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Lane {
+    /// Online requests in the interactive lane.
+    Interactive,
+    /// Online requests with `service_tier: flex` (the batch lane).
+    Flex,
+    /// One Batch API job (`/v1/files` + `/v1/batches`).
+    Batch,
+}
 
 /// Largest scenario file read.
 pub const MAX_FILE_BYTES: u64 = 1 << 20;

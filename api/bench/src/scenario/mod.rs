@@ -89,10 +89,11 @@ use crate::spec::SpecError;
 use crate::target::{HttpTarget, Target};
 use crate::{Fail, first_model};
 use batch::HttpBatch;
+use file::Lane;
 use judge::PhaseFigures;
 use report::{ScenarioReport, TenantOut, phase_table, verdict_table};
 use run::{Backends, PhaseRun, RunConfig};
-use spec::{Lane, Scenario};
+use spec::Scenario;
 
 #[derive(Args, Debug, Default)]
 pub struct ScenarioArgs {

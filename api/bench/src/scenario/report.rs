@@ -7,8 +7,9 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::figures::TenantFigures;
+use super::file::Lane;
 use super::judge::{PhaseFigures, Ratios, Verdict};
-use super::spec::{Lane, Scenario, TenantSlo};
+use super::spec::{Scenario, TenantSlo};
 use crate::stats::Dist;
 
 /// The whole run, as `--json` prints it.

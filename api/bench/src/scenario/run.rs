@@ -26,9 +26,10 @@ use futures_util::future::{BoxFuture, join_all};
 use tokio::time::Instant;
 
 use super::batch::{BatchJobs, JobStatus};
+use super::file::Lane;
 use super::progress::{Counter, PhaseBar};
 use super::retry::{Paced, RetryOnce};
-use super::spec::{Lane, Scenario, Tenant};
+use super::spec::{Scenario, Tenant};
 use crate::driver::{Progress, plan, run_level};
 use crate::prompts::PromptSource;
 use crate::spec::{Arrival, Workload};

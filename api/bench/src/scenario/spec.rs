@@ -12,23 +12,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use toml::Spanned;
 
-use super::file::{RawPhase, RawScenario, Source};
+use super::file::{Lane, RawPhase, RawScenario, Source};
 use crate::spec::{Arrival, Endpoint, LengthDist, SpecError};
-
-/// How a tenant's work reaches the server.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Lane {
-    /// Online requests in the interactive lane.
-    Interactive,
-    /// Online requests with `service_tier: flex` (the batch lane).
-    Flex,
-    /// One Batch API job (`/v1/files` + `/v1/batches`).
-    Batch,
-}
 
 /// An API key; never printed.
 #[derive(Clone, PartialEq)]

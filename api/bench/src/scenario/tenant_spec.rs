@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use toml::Spanned;
 
-use super::file::{RawPhase, RawSlo, RawTenant};
-use super::spec::{ApiKey, Check, Lane, MAX_ROWS, Phase, Tenant, TenantSlo};
+use super::file::{Lane, RawPhase, RawSlo, RawTenant};
+use super::spec::{ApiKey, Check, MAX_ROWS, Phase, Tenant, TenantSlo};
 use crate::spec::{Arrival, LengthDist, SpecError};
 
 impl Check<'_> {

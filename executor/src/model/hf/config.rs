@@ -12,20 +12,9 @@
 
 use serde_json::{Map, Value};
 
+use crate::arch::SUPPORTED_HF_ARCHITECTURES;
 use crate::error::ModelError;
 use crate::model::config::{Arch, Features, ModelConfig, RopeParams};
-
-/// Hugging Face class names (`architectures[0]`) and the family each is.
-pub const SUPPORTED_HF_ARCHITECTURES: &[(&str, Arch)] = &[
-    ("LlamaForCausalLM", Arch::Llama),
-    ("MistralForCausalLM", Arch::Llama),
-    ("Qwen2ForCausalLM", Arch::Qwen2),
-    ("Qwen3ForCausalLM", Arch::Qwen3),
-    ("Phi3ForCausalLM", Arch::Phi3),
-    ("Gemma2ForCausalLM", Arch::Gemma2),
-    ("Gemma3ForCausalLM", Arch::Gemma3),
-    ("Gemma3ForConditionalGeneration", Arch::Gemma3),
-];
 
 /// What `config.json` says: the configuration plus what the weights and the
 /// tokenizer need from it.

@@ -24,12 +24,7 @@ use crate::model::generation::GenerationDefaults;
 use crate::model::source::TensorSource;
 use crate::tokenizer::{HfSpecialIds, HfTokenizerConfig, ModelTokenizer};
 
-pub use config::{HfConfig, SUPPORTED_HF_ARCHITECTURES};
-
-/// The Hugging Face class names served, for messages.
-pub fn supported_classes() -> Vec<&'static str> {
-    SUPPORTED_HF_ARCHITECTURES.iter().map(|(c, _)| *c).collect()
-}
+pub use config::HfConfig;
 pub use manifest::{Manifest, ManifestEntry};
 
 pub const CONFIG_FILE: &str = "config.json";

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::super::file;
-use super::super::spec::{Lane, Scenario};
+use super::super::file::Lane;
+use super::super::spec::Scenario;
 use super::super::{ScenarioArgs, load, scenario};
 use crate::Fail;
 use crate::spec::{Arrival, Endpoint, LengthDist};
