@@ -165,7 +165,7 @@ async fn load_api(state: &AppState) -> anyhow::Result<LeaseHold> {
             tokenizer: model.tokenizer,
             chat_template: model.chat_template,
         };
-        Ok(RemoteBackend::start(
+        RemoteBackend::start(
             meta,
             kafka,
             lease.slot,
@@ -173,7 +173,7 @@ async fn load_api(state: &AppState) -> anyhow::Result<LeaseHold> {
             timeout,
             reply_timeout,
             rt,
-        )?)
+        )
     })
     .await
     .context("loader panicked")??;
