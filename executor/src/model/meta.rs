@@ -145,6 +145,7 @@ impl ModelMeta {
             let art = HfArtifact::open(path)?;
             let mut config = art.hf.config.clone();
             config.vocab_size = art.vocab_rows()?;
+            check_vocab_rows(config.vocab_size, &art.tokenizer)?;
             let stored = art.stored_dtype().unwrap_or(QDtype::F32);
             let precision = dir_precision(mode, || match mode {
                 WeightMode::Quantize(t) => t,
@@ -170,6 +171,7 @@ impl ModelMeta {
         // The vocabulary the model scores, as `Model::load` takes it from the
         // embedding's rows.
         h.config.vocab_size = art.tensor_view("token_embd.weight")?.dims[0];
+        check_vocab_rows(h.config.vocab_size, &h.tokenizer)?;
         let precision = h.precision(mode, || {
             let stored = first_qkv_dtype(&art);
             match mode {
@@ -221,4 +223,19 @@ impl ModelMeta {
         self.identity.chat_template_sha256 = self.chat_template.sha256_hex();
         Ok(())
     }
+}
+
+/// The embedding must have a row for every token the tokenizer can produce
+/// (more is fine: checkpoints pad their vocabulary), or a prompt's ids would
+/// index past it. llama.cpp refuses such a file by the tensor's shape; so do
+/// we, at load and when only the header is read alike.
+pub(crate) fn check_vocab_rows(rows: usize, tokenizer: &ModelTokenizer) -> Result<(), ModelError> {
+    let tokens = tokenizer.vocab_size();
+    if rows < tokens.max(1) {
+        return Err(ModelError::BadTensor(
+            "token_embd.weight".into(),
+            format!("{rows} rows, fewer than the tokenizer's {tokens} tokens"),
+        ));
+    }
+    Ok(())
 }

@@ -100,6 +100,7 @@ impl Model {
         let weights = weights::ModelWeights::load(&art, &h.config, opts.weights)?;
         art.release_pages();
         h.config.vocab_size = weights.embed.rows();
+        meta::check_vocab_rows(h.config.vocab_size, &h.tokenizer)?;
         let precision = h.precision(opts.weights, || weights.layers[0].qkv.dtype());
         let identity = h.identity(&art, precision);
         let meta::Header {
@@ -125,6 +126,7 @@ impl Model {
         let weights = weights::ModelWeights::load(&art, &config, opts.weights)?;
         art.release_pages();
         config.vocab_size = weights.embed.rows();
+        meta::check_vocab_rows(config.vocab_size, &art.tokenizer)?;
         let precision = meta::dir_precision(opts.weights, || weights.layers[0].qkv.dtype());
         let identity = meta::dir_identity(&art, precision);
         let hf::HfArtifact {

@@ -104,6 +104,15 @@ pub fn prompt_logits(model: &Model, prompt: &[u32]) -> Vec<f32> {
 /// ([`stoker_executor::AttentionOrder::ordered_prompt_len`]): 0 sums every
 /// row as in a one-token step, as the engine's default order does.
 pub fn prompt_logits_in(model: &Model, prompt: &[u32], ordered_prompt_len: usize) -> Vec<f32> {
+    try_prompt_logits_in(model, prompt, ordered_prompt_len).unwrap()
+}
+
+/// [`prompt_logits_in`], with the forward pass's typed refusal kept.
+pub fn try_prompt_logits_in(
+    model: &Model,
+    prompt: &[u32],
+    ordered_prompt_len: usize,
+) -> Result<Vec<f32>, stoker_executor::model::forward::ForwardError> {
     let blocks: Vec<BlockId> = (0..prompt.len().div_ceil(BLOCK_SIZE) as u32)
         .map(BlockId)
         .collect();
@@ -116,10 +125,9 @@ pub fn prompt_logits_in(model: &Model, prompt: &[u32], ordered_prompt_len: usize
         score: None,
         prompt_len: ordered_prompt_len,
     };
-    model
-        .forward(&[chunk], &mut kv, &mut Workspace::default())
-        .unwrap()
-        .remove(0)
+    Ok(model
+        .forward(&[chunk], &mut kv, &mut Workspace::default())?
+        .remove(0))
 }
 
 /// The largest absolute difference between two logit vectors.
