@@ -16,6 +16,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+use stoker_test_support::percentile_of;
 
 use serde_json::{Value, json};
 use stoker_api::Config;
@@ -36,13 +37,6 @@ fn env_usize(k: &str, d: usize) -> usize {
 
 fn prompt_text(i: usize) -> String {
     format!("Row {i}: summarize in one word the colour of the sky on a clear day number {i}.")
-}
-
-/// The `p`th percentile (0-100) of `v`, as every suite and the load
-/// generator compute it (`stoker_test_support::percentile`).
-fn percentile(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    stoker_test_support::percentile(v, p / 100.0)
 }
 
 /// Rows through the engine's batch lane directly, `conc` in flight.
@@ -367,9 +361,9 @@ fn main() {
         };
         let (mut alone, mut alone_itl) = split(&alone);
         let (mut with_batch, mut with_itl) = split(&with_batch);
-        let (a50, a99) = (percentile(&mut alone, 50.0), percentile(&mut alone, 99.0));
-        let (w50, w99) = (percentile(&mut with_batch, 50.0), percentile(&mut with_batch, 99.0));
-        let (ai, wi) = (percentile(&mut alone_itl, 50.0), percentile(&mut with_itl, 50.0));
+        let (a50, a99) = (percentile_of(&mut alone, 0.5), percentile_of(&mut alone, 0.99));
+        let (w50, w99) = (percentile_of(&mut with_batch, 0.5), percentile_of(&mut with_batch, 0.99));
+        let (ai, wi) = (percentile_of(&mut alone_itl, 0.5), percentile_of(&mut with_itl, 0.5));
         println!("| phase | chat requests | TTFT p50 ms | TTFT p99 ms | server TTFT mean ms | server queue mean ms | ITL p50 ms |");
         println!("|---|---|---|---|---|---|---|");
         println!("| chat alone | {} | {a50:.1} | {a99:.1} | {a_engine:.1} | {a_queue:.1} | {ai:.1} |", alone.len());

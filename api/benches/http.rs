@@ -11,6 +11,7 @@
 #![allow(clippy::field_reassign_with_default)]
 
 use std::time::{Duration, Instant};
+use stoker_test_support::percentile_of;
 
 use serde_json::json;
 use stoker_api::Config;
@@ -56,13 +57,6 @@ async fn engine_ttft_totals(client: &reqwest::Client, server: &Server) -> (f64, 
         }
     }
     (sum, count)
-}
-
-/// The `p`th percentile (0-100) of `v`, as every suite and the load
-/// generator compute it (`stoker_test_support::percentile`).
-fn percentile(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    stoker_test_support::percentile(v, p / 100.0)
 }
 
 fn prompt(engine: &dyn Artifact, i: usize) -> Vec<u32> {
@@ -194,8 +188,8 @@ fn summarize(rounds: &[Round]) -> Summary {
         .sum();
     let wall: f64 = rounds.iter().map(|r| r.wall.as_secs_f64()).sum();
     Summary {
-        ttft_p50: percentile(&mut ttft, 50.0),
-        ttft_p99: percentile(&mut ttft, 99.0),
+        ttft_p50: percentile_of(&mut ttft, 0.5),
+        ttft_p99: percentile_of(&mut ttft, 0.99),
         tok_s: tokens as f64 / wall,
     }
 }

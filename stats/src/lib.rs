@@ -24,6 +24,12 @@ pub fn percentile(sorted: &[f64], q: f64) -> f64 {
     }
 }
 
+/// The `q` [`percentile`] of values in any order (sorts them first).
+pub fn percentile_of(values: &mut [f64], q: f64) -> f64 {
+    values.sort_by(f64::total_cmp);
+    percentile(values, q)
+}
+
 /// The 50th [`percentile`] of unsorted values (sorts them first).
 pub fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
@@ -58,6 +64,13 @@ mod tests {
         // q outside 0..=1 is clamped.
         assert_eq!(percentile(&[1.0, 2.0], -1.0), 1.0);
         assert_eq!(percentile(&[1.0, 2.0], 2.0), 2.0);
+    }
+
+    #[test]
+    fn percentile_of_sorts_first() {
+        let mut xs = [4.0, 1.0, 3.0, 2.0];
+        assert_eq!(percentile_of(&mut xs, 0.25), 1.75);
+        assert_eq!(xs, [1.0, 2.0, 3.0, 4.0]);
     }
 
     #[test]
