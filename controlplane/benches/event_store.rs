@@ -14,6 +14,7 @@ use serde_json::json;
 use stoker_controlplane::store::{
     Actor, AuditQuery, EventStore, ExpectedVersion, NewEvent, Position, StreamRef,
 };
+use stoker_test_support::postgres::Database;
 use stoker_test_support::{TestRng, percentile};
 
 const APPENDS: usize = 5_000;
@@ -197,51 +198,28 @@ async fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(100_000);
-    let admin_url = std::env::var("STOKER_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
     let tag = std::process::id();
-    let db = format!("stoker_bench_{tag}");
-    let admin = sqlx::PgPool::connect(&admin_url)
-        .await
-        .unwrap_or_else(|e| panic!("Postgres is unreachable at {admin_url}: {e}"));
-    sqlx::query(&format!("DROP DATABASE IF EXISTS {db}"))
-        .execute(&admin)
-        .await
-        .unwrap();
-    sqlx::query(&format!("CREATE DATABASE {db}"))
-        .execute(&admin)
-        .await
-        .unwrap();
-    let base = admin_url.rsplit_once('/').map(|(b, _)| b).unwrap();
-    let pg = EventStore::connect(&format!("{base}/{db}")).await.unwrap();
+    let db = Database::create("bench");
+    let pg = EventStore::connect(&db.url).await.unwrap();
     let pg_row = run("postgres", pg, n).await;
-    let pg = EventStore::connect(&format!("{base}/{db}")).await.unwrap();
+    let pg = EventStore::connect(&db.url).await.unwrap();
     let mut flights = Vec::new();
     for k in IN_FLIGHT {
         flights.push(in_flight(&pg, k).await);
     }
     pg.close().await;
-    sqlx::query(&format!("DROP DATABASE {db} WITH (FORCE)"))
-        .execute(&admin)
-        .await
-        .unwrap();
+    drop(db);
 
     // The same appends without waiting for the WAL flush: what the store costs
     // above the disk's fsync latency. Not a product setting; the store is durable.
-    sqlx::query(&format!("CREATE DATABASE {db}"))
-        .execute(&admin)
-        .await
-        .unwrap();
-    sqlx::query(&format!("ALTER DATABASE {db} SET synchronous_commit = off"))
-        .execute(&admin)
-        .await
-        .unwrap();
-    let pg = EventStore::connect(&format!("{base}/{db}")).await.unwrap();
+    let db = Database::create("bench_async");
+    db.scalar(&format!(
+        "ALTER DATABASE {} SET synchronous_commit = off",
+        db.name
+    ));
+    let pg = EventStore::connect(&db.url).await.unwrap();
     let pg_async_row = run("postgres, synchronous_commit=off (bench only)", pg, 0).await;
-    sqlx::query(&format!("DROP DATABASE {db} WITH (FORCE)"))
-        .execute(&admin)
-        .await
-        .unwrap();
+    drop(db);
 
     let path = std::env::temp_dir().join(format!("stoker_bench_{tag}.db"));
     let lite = EventStore::connect(&format!("sqlite://{}", path.display()))
