@@ -117,7 +117,9 @@ pub fn workload(s: &Scenario, index: usize, duration: Duration) -> Workload {
     }
 }
 
-/// Runs every phase; cancels every job it created, whatever happens.
+/// Runs every phase; cancels every job it created, whatever happens: an
+/// error, or Ctrl-C (a Batch API job left running would load the server
+/// being measured next).
 pub async fn run(
     s: &Scenario,
     prompts: Arc<PromptSource>,
@@ -125,10 +127,20 @@ pub async fn run(
     cfg: RunConfig,
 ) -> Result<Vec<PhaseRun>, String> {
     let mut jobs: Vec<Option<String>> = vec![None; s.tenants.len()];
-    let out = phases(s, &prompts, b, cfg, &mut jobs).await;
+    let out = tokio::select! {
+        r = phases(s, &prompts, b, cfg, &mut jobs) => r,
+        _ = tokio::signal::ctrl_c() => {
+            Err("interrupted; cancelling the batch jobs this run created".to_owned())
+        }
+    };
     for (t, job) in jobs.iter().enumerate() {
         if let Some(id) = job {
-            let _ = b.batch.cancel(&s.tenants[t], id).await;
+            let cancel = b.batch.cancel(&s.tenants[t], id);
+            match tokio::time::timeout(std::time::Duration::from_secs(10), cancel).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => eprintln!("stoker bench: could not cancel batch {id}: {e}"),
+                Err(_) => eprintln!("stoker bench: cancelling batch {id} took over 10 s"),
+            }
         }
     }
     out
