@@ -358,7 +358,8 @@ mod tests {
         let report = r#"{"v":2,"executor_id":"e1","deployment_id":"default","revision_id":"4f2a9c",
             "model_sha256":"ab","slot":0,"ready":true,"draining":false,"running":0,"waiting":0,
             "waiting_tokens":0,"kv_blocks_total":10,"kv_blocks_free":10,"block_size":16,
-            "max_num_seqs":8,"tokens_per_second":0.0,"seq":1,"sent_unix_ms":0}"#;
+            "max_num_seqs":8,"tokens_per_second":0.0,"prefill_tokens_per_second":0.0,
+            "decode_tokens_per_second":0.0,"seq":1,"sent_unix_ms":0}"#;
         let c = CapacityReport::decode(report.as_bytes()).unwrap();
         assert_eq!(
             (c.deployment_id.as_str(), c.revision_id.as_str()),
