@@ -13,11 +13,13 @@ use stoker_controlplane::batch::{CreateBatch, Listed, batch_id};
 use stoker_schemas::batch::{
     Batch, BatchError, BatchErrors, BatchList, BatchRequestCounts, CreateBatchRequest,
 };
+use stoker_schemas::ids::BatchId;
 
 use super::files::batches;
 use crate::auth::{ForBatch, Scoped};
 use crate::error::ApiError;
-use crate::http::extract::{ApiJson, ApiPath, ApiQuery};
+use crate::http::extract::{ApiJson, ApiQuery};
+use crate::http::path_id::PathId;
 use crate::state::AppState;
 
 /// Most metadata pairs, and their key and value lengths (OpenAI's limits).
@@ -152,10 +154,10 @@ pub async fn create(
 pub async fn get(
     State(state): State<AppState>,
     Scoped(principal, _): Scoped<ForBatch>,
-    ApiPath(id): ApiPath<String>,
+    PathId(id): PathId<BatchId>,
 ) -> Result<Response, ApiError> {
     let b = batches(&state)?;
-    let l = b.get(&principal.tenant, &batch_id(&id)?).await?;
+    let l = b.get(&principal.tenant, &id).await?;
     Ok(axum::Json(batch_object(&l)).into_response())
 }
 
@@ -220,11 +222,9 @@ pub async fn list(
 pub async fn cancel(
     State(state): State<AppState>,
     Scoped(principal, _): Scoped<ForBatch>,
-    ApiPath(id): ApiPath<String>,
+    PathId(id): PathId<BatchId>,
 ) -> Result<Response, ApiError> {
     let b = batches(&state)?;
-    let l = b
-        .cancel(&principal.tenant, &principal.name, &batch_id(&id)?)
-        .await?;
+    let l = b.cancel(&principal.tenant, &principal.name, &id).await?;
     Ok(axum::Json(batch_object(&l)).into_response())
 }

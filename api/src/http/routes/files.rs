@@ -7,13 +7,14 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use stoker_controlplane::batch::Batches;
-use stoker_controlplane::batch::file_id;
 use stoker_controlplane::batch::files::FileRecord;
 use stoker_schemas::batch::{FileDeleted, FileList, FileObject};
+use stoker_schemas::ids::FileId;
 
 use crate::auth::{ForBatch, Scoped};
 use crate::error::ApiError;
-use crate::http::extract::{ApiPath, ApiQuery};
+use crate::http::extract::ApiQuery;
+use crate::http::path_id::PathId;
 use crate::state::AppState;
 
 /// Longest `filename` kept.
@@ -179,10 +180,10 @@ pub async fn list(
 pub async fn get(
     State(state): State<AppState>,
     Scoped(principal, _): Scoped<ForBatch>,
-    ApiPath(id): ApiPath<String>,
+    PathId(id): PathId<FileId>,
 ) -> Result<Response, ApiError> {
     let b = batches(&state)?;
-    let f = b.file(&principal.tenant, &file_id(&id)?).await?;
+    let f = b.file(&principal.tenant, &id).await?;
     Ok(axum::Json(file_object(&f)).into_response())
 }
 
@@ -200,10 +201,10 @@ pub async fn get(
 pub async fn content(
     State(state): State<AppState>,
     Scoped(principal, _): Scoped<ForBatch>,
-    ApiPath(id): ApiPath<String>,
+    PathId(id): PathId<FileId>,
 ) -> Result<Response, ApiError> {
     let b = batches(&state)?;
-    let bytes = b.file_content(&principal.tenant, &file_id(&id)?).await?;
+    let bytes = b.file_content(&principal.tenant, &id).await?;
     let mut resp = bytes.into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -227,10 +228,9 @@ pub async fn content(
 pub async fn delete(
     State(state): State<AppState>,
     Scoped(principal, _): Scoped<ForBatch>,
-    ApiPath(id): ApiPath<String>,
+    PathId(id): PathId<FileId>,
 ) -> Result<Response, ApiError> {
     let b = batches(&state)?;
-    let id = file_id(&id)?;
     b.delete_file(&principal.tenant, &id).await?;
     Ok(axum::Json(FileDeleted {
         id,

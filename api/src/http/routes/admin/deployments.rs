@@ -18,7 +18,8 @@ use super::{Admin, ReasonBody, body_id, check_reason, written};
 use crate::backend::default_revision_id;
 use crate::control::{self, check_artifact, default_limits, path_of, runtime_version};
 use crate::error::ApiError;
-use crate::http::extract::{ApiJson, ApiPath, ApiQuery, OptJson};
+use crate::http::extract::{ApiJson, ApiQuery, OptJson};
+use crate::http::path_id::PathId;
 use crate::state::AppState;
 
 #[derive(Debug, Deserialize)]
@@ -64,19 +65,12 @@ fn not_found(id: &str) -> ApiError {
     }
 }
 
-/// A deployment id from a path. A malformed one names no deployment: the same
-/// 404 as an unknown one.
-fn deployment_id(id: &str) -> Result<DeploymentId, ApiError> {
-    id.parse().map_err(|_| not_found(id))
-}
-
 pub async fn list(admin: Admin) -> Response {
     let v = admin.cp().views().await;
     super::list(v.deployments.values().cloned().collect()).into_response()
 }
 
-pub async fn get_one(admin: Admin, ApiPath(id): ApiPath<String>) -> Result<Response, ApiError> {
-    let id = deployment_id(&id)?;
+pub async fn get_one(admin: Admin, PathId(id): PathId<DeploymentId>) -> Result<Response, ApiError> {
     let v = admin.cp().views().await;
     Ok(Json(detail(&v, &id)?).into_response())
 }
@@ -115,10 +109,9 @@ pub struct ChangeLimits {
 
 pub async fn change_limits(
     admin: Admin,
-    ApiPath(id): ApiPath<String>,
+    PathId(id): PathId<DeploymentId>,
     ApiJson(body): ApiJson<ChangeLimits>,
 ) -> Result<Response, ApiError> {
-    let id = deployment_id(&id)?;
     check_reason(&body.reason)?;
     let events = admin
         .cp()
@@ -130,10 +123,9 @@ pub async fn change_limits(
 
 pub async fn retire(
     admin: Admin,
-    ApiPath(id): ApiPath<String>,
+    PathId(id): PathId<DeploymentId>,
     OptJson(body): OptJson<ReasonBody>,
 ) -> Result<Response, ApiError> {
-    let id = deployment_id(&id)?;
     check_reason(&body.reason)?;
     let events = admin
         .cp()
@@ -153,10 +145,9 @@ pub struct SetServing {
 
 pub async fn set_serving(
     admin: Admin,
-    ApiPath(id): ApiPath<String>,
+    PathId(id): PathId<DeploymentId>,
     ApiJson(body): ApiJson<SetServing>,
 ) -> Result<Response, ApiError> {
-    let id = deployment_id(&id)?;
     let revision: RevisionId = body_id("revision_id", &body.revision_id)?;
     check_reason(&body.reason)?;
     let events = admin
@@ -178,10 +169,9 @@ pub struct PageParams {
 
 pub async fn history(
     admin: Admin,
-    ApiPath(id): ApiPath<String>,
+    PathId(id): PathId<DeploymentId>,
     ApiQuery(p): ApiQuery<PageParams>,
 ) -> Result<Response, ApiError> {
-    let id = deployment_id(&id)?;
     if !admin
         .cp()
         .views()
@@ -206,9 +196,8 @@ pub async fn history(
 
 pub async fn list_revisions(
     admin: Admin,
-    ApiPath(id): ApiPath<String>,
+    PathId(id): PathId<DeploymentId>,
 ) -> Result<Response, ApiError> {
-    let id = deployment_id(&id)?;
     let v = admin.cp().views().await;
     if !v.deployments.contains_key(id.as_str()) {
         return Err(not_found(&id));
@@ -238,7 +227,7 @@ pub struct RegisterRevision {
 pub async fn register_revision(
     State(state): State<AppState>,
     admin: Admin,
-    ApiPath(id): ApiPath<String>,
+    PathId(id): PathId<DeploymentId>,
     ApiJson(body): ApiJson<RegisterRevision>,
 ) -> Result<Response, ApiError> {
     check_reason(&body.reason)?;
@@ -258,7 +247,6 @@ pub async fn register_revision(
             "model_uri",
         ));
     }
-    let id = deployment_id(&id)?;
     if !admin
         .cp()
         .views()
@@ -336,7 +324,7 @@ pub struct TrafficRow {
 /// Requests per revision from the request log: what a canary actually got.
 pub async fn traffic(
     admin: Admin,
-    ApiPath(id): ApiPath<String>,
+    PathId(id): PathId<DeploymentId>,
     ApiQuery(p): ApiQuery<TrafficParams>,
 ) -> Result<Response, ApiError> {
     let since = match &p.since {
@@ -345,7 +333,7 @@ pub async fn traffic(
             .map_err(|e| ApiError::invalid(format!("`since`: {e}"), "since"))?,
         None => {
             let v = admin.cp().views().await;
-            if !v.deployments.contains_key(&id) {
+            if !v.deployments.contains_key(id.as_str()) {
                 return Err(not_found(&id));
             }
             v.rollouts

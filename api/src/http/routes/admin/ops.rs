@@ -7,14 +7,14 @@ use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use stoker_controlplane::domain::ExecutorCommand;
-use stoker_controlplane::service::CpError;
 use stoker_controlplane::store::{Actor, AuditQuery, Page, Position};
 use stoker_schemas::events::CapacityEnvelope;
 use stoker_schemas::ids::{DeploymentId, ExecutorId, RequestId, RevisionId};
 
 use super::{Admin, EventOut, ReasonBody, body_id, check_name, check_reason, written};
 use crate::error::ApiError;
-use crate::http::extract::{ApiJson, ApiPath, ApiQuery, OptJson};
+use crate::http::extract::{ApiJson, ApiQuery, OptJson};
+use crate::http::path_id::PathId;
 use crate::state::AppState;
 
 #[derive(Debug, Default, Deserialize)]
@@ -145,14 +145,9 @@ pub async fn list_executors(State(state): State<AppState>, admin: Admin) -> Resp
 pub async fn drain(
     State(state): State<AppState>,
     admin: Admin,
-    ApiPath(id): ApiPath<String>,
+    PathId(id): PathId<ExecutorId>,
     OptJson(body): OptJson<ReasonBody>,
 ) -> Result<Response, ApiError> {
-    // A malformed executor id names no executor: 404, as an unknown one.
-    let id: ExecutorId = id.parse().map_err(|_| CpError::NotFound {
-        what: "executor",
-        id: crate::error::truncate(&id, 64),
-    })?;
     check_reason(&body.reason)?;
     let events = admin
         .cp()
@@ -243,17 +238,10 @@ pub async fn audit(admin: Admin, ApiQuery(p): ApiQuery<AuditParams>) -> Result<R
 }
 
 /// Which revision, executor and timings served request X.
-pub async fn request(admin: Admin, ApiPath(id): ApiPath<String>) -> Result<Response, ApiError> {
-    if id.len() > 128 {
-        return Err(ApiError::invalid("request ids are at most 128 bytes", "id"));
-    }
+pub async fn request(admin: Admin, PathId(id): PathId<RequestId>) -> Result<Response, ApiError> {
     let not_found = |id: &str| ApiError::NotFound {
         message: format!("no request {id:?} in the request log"),
         code: stoker_schemas::codes::ErrorCode::NotFound,
-    };
-    // A malformed id names no request: the same 404 as an unknown one.
-    let Ok(id) = id.parse::<RequestId>() else {
-        return Err(not_found(&id));
     };
     let log = &admin.control.log;
     // Rows are written in batches; a request that just ended may still be queued.

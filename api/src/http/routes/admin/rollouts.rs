@@ -4,13 +4,14 @@
 use axum::Json;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use stoker_controlplane::service::{CpError, RolloutAction};
+use stoker_controlplane::service::RolloutAction;
 use stoker_schemas::events::SloGates;
 use stoker_schemas::ids::{DeploymentId, RevisionId, RolloutId};
 
 use super::{Admin, ReasonBody, body_id, check_reason, written};
 use crate::error::ApiError;
 use crate::http::extract::{ApiJson, ApiPath, ApiQuery, OptJson};
+use crate::http::path_id::PathId;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -41,14 +42,9 @@ fn no_gates() -> SloGates {
 
 pub async fn start(
     admin: Admin,
-    ApiPath(id): ApiPath<String>,
+    PathId(id): PathId<DeploymentId>,
     ApiJson(body): ApiJson<StartRollout>,
 ) -> Result<Response, ApiError> {
-    // A malformed deployment id names no deployment: 404, as an unknown one.
-    let id: DeploymentId = id.parse().map_err(|_| CpError::NotFound {
-        what: "deployment",
-        id: crate::error::truncate(&id, 64),
-    })?;
     let to_revision: RevisionId = body_id("to_revision", &body.to_revision)?;
     check_reason(&body.reason)?;
     let gates = body.gates.unwrap_or_else(no_gates);
@@ -90,20 +86,7 @@ pub async fn list(admin: Admin, ApiQuery(p): ApiQuery<ListParams>) -> Response {
     super::list(data).into_response()
 }
 
-/// A rollout id from a path. A malformed one names no rollout: the same 404
-/// as an unknown one.
-fn rollout_id(id: String) -> Result<RolloutId, ApiError> {
-    id.parse().map_err(|_| {
-        CpError::NotFound {
-            what: "rollout",
-            id,
-        }
-        .into()
-    })
-}
-
-pub async fn get_one(admin: Admin, ApiPath(id): ApiPath<String>) -> Result<Response, ApiError> {
-    let id = rollout_id(id)?;
+pub async fn get_one(admin: Admin, PathId(id): PathId<RolloutId>) -> Result<Response, ApiError> {
     Ok(Json(admin.cp().rollout(&id).await?).into_response())
 }
 
@@ -126,7 +109,7 @@ pub async fn act(
             )));
         }
     };
-    let id = rollout_id(id)?;
+    let id: RolloutId = crate::http::path_id::parse(&id)?;
     let events = admin
         .cp()
         .rollout_action(&id, action, &admin.meta(body.reason))

@@ -14,7 +14,8 @@ use stoker_schemas::ids::{KeyId, TenantId};
 use super::{Admin, body_id, check_reason, written};
 use crate::edge::tenant_sync;
 use crate::error::ApiError;
-use crate::http::extract::{ApiJson, ApiPath, ApiQuery};
+use crate::http::extract::{ApiJson, ApiQuery};
+use crate::http::path_id::PathId;
 use crate::state::AppState;
 use crate::tenancy::UsageOut;
 
@@ -108,10 +109,13 @@ pub async fn list(State(state): State<AppState>, admin: Admin) -> Response {
 pub async fn get_one(
     State(state): State<AppState>,
     admin: Admin,
-    ApiPath(id): ApiPath<String>,
+    PathId(id): PathId<TenantId>,
 ) -> Result<Response, ApiError> {
     let v = admin.cp().views().await;
-    let t = v.tenants.get(&id).ok_or_else(|| not_found("tenant", &id))?;
+    let t = v
+        .tenants
+        .get(id.as_str())
+        .ok_or_else(|| not_found("tenant", &id))?;
     Ok(Json(tenant_out(&state, &admin, &v, t).await).into_response())
 }
 
@@ -177,10 +181,9 @@ pub struct SetQuota {
 pub async fn set_quota(
     State(state): State<AppState>,
     admin: Admin,
-    ApiPath(id): ApiPath<String>,
+    PathId(id): PathId<TenantId>,
     ApiJson(b): ApiJson<SetQuota>,
 ) -> Result<Response, ApiError> {
-    let id: TenantId = id.parse().map_err(|_| not_found("tenant", &id))?;
     check_reason(&b.reason)?;
     let q = b.quota;
     let quota = TenantQuota {
@@ -289,10 +292,9 @@ pub struct RevokeBody {
 pub async fn revoke(
     State(state): State<AppState>,
     admin: Admin,
-    ApiPath(id): ApiPath<String>,
+    PathId(key_id): PathId<KeyId>,
     ApiJson(b): ApiJson<RevokeBody>,
 ) -> Result<Response, ApiError> {
-    let key_id: KeyId = id.parse().map_err(|_| not_found("API key", &id))?;
     check_reason(&b.reason)?;
     let events = admin
         .cp()
@@ -304,6 +306,6 @@ pub async fn revoke(
         .tenant_of_key(&key_id)
         .and_then(|t| v.tenants.get(t.as_str()))
         .and_then(|t| t.keys.get(&key_id))
-        .ok_or_else(|| not_found("API key", &id))?;
+        .ok_or_else(|| not_found("API key", &key_id))?;
     Ok(written(events, KeyOut::from(k)).into_response())
 }
