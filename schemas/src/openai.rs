@@ -125,103 +125,119 @@ pub struct ToolCallDelta {
     pub function: FunctionCallOut,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct ChatCompletionRequest {
-    /// A model id from `GET /v1/models`.
-    pub model: String,
-    pub messages: Vec<ChatMessageIn>,
-    #[serde(default)]
-    pub stream: Option<bool>,
-    #[serde(default)]
-    pub stream_options: Option<StreamOptions>,
-    /// Deprecated alias of `max_completion_tokens`.
-    #[serde(default)]
-    pub max_tokens: Option<i64>,
-    #[serde(default)]
-    pub max_completion_tokens: Option<i64>,
-    #[serde(default)]
-    pub temperature: Option<f64>,
-    #[serde(default)]
-    pub top_p: Option<f64>,
-    /// Extension (vLLM): keep only the k most likely tokens.
-    #[serde(default)]
-    pub top_k: Option<i64>,
-    #[serde(default)]
-    pub seed: Option<i64>,
-    #[serde(default)]
-    pub stop: Option<StopSpec>,
-    /// End-user id; routes rollouts by a stable hash. Never the tenant.
-    #[serde(default)]
-    pub user: Option<String>,
-    /// `auto`/`default` (interactive lane) or `flex`: the batch lane, which
-    /// yields to interactive traffic and skips edge admission.
-    #[serde(default)]
-    pub service_tier: Option<String>,
-    /// Extension (vLLM): keep generating past the end-of-sequence token until
-    /// `max_tokens`, for benchmarks that need exact output lengths.
-    #[serde(default)]
-    pub ignore_eos: Option<bool>,
-    /// Choices to generate, 1 to 16 (each with its own seed, `seed + i`
-    /// when `seed` is given); the prompt is computed once for all of them.
-    #[serde(default)]
-    #[schema(minimum = 1, maximum = 16)]
-    pub n: Option<i64>,
-    /// -2 to 2: lowers the logit of every token generated so far once.
-    #[serde(default)]
-    pub presence_penalty: Option<f64>,
-    /// -2 to 2: lowers the logit of every token generated so far once per
-    /// occurrence.
-    #[serde(default)]
-    pub frequency_penalty: Option<f64>,
-    /// Token id (as a string) to a bias from -100 to 100, added to its logit
-    /// before sampling; at most 1024 entries.
-    #[serde(default)]
-    #[schema(value_type = Option<std::collections::HashMap<String, f64>>)]
-    pub logit_bias: Option<Value>,
-    /// Extension (vLLM): above 1 discourages, below 1 encourages every token
-    /// of the prompt and the output (positive logits divided, negative
-    /// multiplied); 1 is off; at most 10.
-    #[serde(default)]
-    pub repetition_penalty: Option<f64>,
-    /// Extension (vLLM): generate at least this many tokens before the
-    /// end-of-sequence token or a stop string may end the output.
-    #[serde(default)]
-    pub min_tokens: Option<i64>,
-    /// Extension (vLLM): keep the matched stop string at the end of the
-    /// output.
-    #[serde(default)]
-    pub include_stop_str_in_output: Option<bool>,
-    /// Return the log probability of each output token
-    /// (`choices[].logprobs.content`).
-    #[serde(default)]
-    pub logprobs: Option<bool>,
-    /// 0-20 most likely alternatives per output token; needs `logprobs`.
-    #[serde(default)]
-    pub top_logprobs: Option<i64>,
-    /// Functions the model may call, at most 128. They are rendered into
-    /// the prompt by the served chat template, and the model's calls are
-    /// read back in that template family's format (Hermes and Qwen
-    /// `<tool_call>`, Llama 3.x JSON, Mistral `[TOOL_CALLS]`).
-    #[serde(default)]
-    #[schema(value_type = Option<Vec<ToolDef>>)]
-    pub tools: Option<Value>,
-    /// `none`, `auto` (the default with tools; needs a template that
-    /// renders tools in a format named under `tools`), `required`, or
-    /// `{"type": "function", "function": {"name": ..}}`. `required` and a
-    /// named function are enforced while decoding: the call always parses
-    /// and its arguments match the function's parameters.
-    #[serde(default)]
-    #[schema(value_type = Option<Object>)]
-    pub tool_choice: Option<Value>,
-    #[serde(default)]
-    #[schema(value_type = Option<Object>)]
-    pub functions: Option<Value>,
-    /// `text`, `json_object` or `json_schema`: the output is constrained
-    /// while decoding to parse as JSON (valid against the schema), whatever
-    /// `strict` says. Compact JSON: no whitespace between tokens.
-    #[serde(default)]
-    #[schema(value_type = Option<ResponseFormat>)]
-    pub response_format: Option<Value>,
+/// Declares a generation request (chat or completions): its own fields, then
+/// the sampling fields both share, written once here so the two requests
+/// cannot drift apart. The fields stay plain fields (no `#[serde(flatten)]`),
+/// so a wrong type still names its field in the 400 and the OpenAPI schema
+/// lists them as properties of each request.
+macro_rules! generation_request {
+    ($(#[$meta:meta])* pub struct $name:ident { $($own:tt)* }) => {
+        $(#[$meta])*
+        pub struct $name {
+            $($own)*
+            #[serde(default)]
+            pub stream: Option<bool>,
+            #[serde(default)]
+            pub stream_options: Option<StreamOptions>,
+            #[serde(default)]
+            pub temperature: Option<f64>,
+            #[serde(default)]
+            pub top_p: Option<f64>,
+            /// Extension (vLLM): keep only the k most likely tokens.
+            #[serde(default)]
+            pub top_k: Option<i64>,
+            #[serde(default)]
+            pub seed: Option<i64>,
+            #[serde(default)]
+            pub stop: Option<StopSpec>,
+            /// End-user id; routes rollouts by a stable hash. Never the tenant.
+            #[serde(default)]
+            pub user: Option<String>,
+            /// Choices to generate, 1 to 16 (each with its own seed, `seed + i`
+            /// when `seed` is given); the prompt is computed once for all of them.
+            #[serde(default)]
+            #[schema(minimum = 1, maximum = 16)]
+            pub n: Option<i64>,
+            /// `auto`/`default` (interactive lane) or `flex`: the batch lane, which
+            /// yields to interactive traffic and skips edge admission.
+            #[serde(default)]
+            pub service_tier: Option<String>,
+            /// Extension (vLLM): keep generating past the end-of-sequence token until
+            /// `max_tokens`, for benchmarks that need exact output lengths.
+            #[serde(default)]
+            pub ignore_eos: Option<bool>,
+            /// -2 to 2: lowers the logit of every token generated so far once.
+            #[serde(default)]
+            pub presence_penalty: Option<f64>,
+            /// -2 to 2: lowers the logit of every token generated so far once per
+            /// occurrence.
+            #[serde(default)]
+            pub frequency_penalty: Option<f64>,
+            /// Token id (as a string) to a bias from -100 to 100, added to its logit
+            /// before sampling; at most 1024 entries.
+            #[serde(default)]
+            #[schema(value_type = Option<std::collections::HashMap<String, f64>>)]
+            pub logit_bias: Option<Value>,
+            /// Extension (vLLM): above 1 discourages, below 1 encourages every token
+            /// of the prompt and the output (positive logits divided, negative
+            /// multiplied); 1 is off; at most 10.
+            #[serde(default)]
+            pub repetition_penalty: Option<f64>,
+            /// Extension (vLLM): generate at least this many tokens before the
+            /// end-of-sequence token or a stop string may end the output.
+            #[serde(default)]
+            pub min_tokens: Option<i64>,
+            /// Extension (vLLM): keep the matched stop string at the end of the
+            /// output.
+            #[serde(default)]
+            pub include_stop_str_in_output: Option<bool>,
+            /// `text`, `json_object` or `json_schema`: the output is constrained
+            /// while decoding to parse as JSON (valid against the schema), whatever
+            /// `strict` says. Compact JSON: no whitespace between tokens.
+            #[serde(default)]
+            #[schema(value_type = Option<ResponseFormat>)]
+            pub response_format: Option<Value>,
+        }
+    };
+}
+
+generation_request! {
+    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+    pub struct ChatCompletionRequest {
+        /// A model id from `GET /v1/models`.
+        pub model: String,
+        pub messages: Vec<ChatMessageIn>,
+        /// Deprecated alias of `max_completion_tokens`.
+        #[serde(default)]
+        pub max_tokens: Option<i64>,
+        #[serde(default)]
+        pub max_completion_tokens: Option<i64>,
+        /// Return the log probability of each output token
+        /// (`choices[].logprobs.content`).
+        #[serde(default)]
+        pub logprobs: Option<bool>,
+        /// 0-20 most likely alternatives per output token; needs `logprobs`.
+        #[serde(default)]
+        pub top_logprobs: Option<i64>,
+        /// Functions the model may call, at most 128. They are rendered into
+        /// the prompt by the served chat template, and the model's calls are
+        /// read back in that template family's format (Hermes and Qwen
+        /// `<tool_call>`, Llama 3.x JSON, Mistral `[TOOL_CALLS]`).
+        #[serde(default)]
+        #[schema(value_type = Option<Vec<ToolDef>>)]
+        pub tools: Option<Value>,
+        /// `none`, `auto` (the default with tools; needs a template that
+        /// renders tools in a format named under `tools`), `required`, or
+        /// `{"type": "function", "function": {"name": ..}}`. `required` and a
+        /// named function are enforced while decoding: the call always parses
+        /// and its arguments match the function's parameters.
+        #[serde(default)]
+        #[schema(value_type = Option<Object>)]
+        pub tool_choice: Option<Value>,
+        #[serde(default)]
+        #[schema(value_type = Option<Object>)]
+        pub functions: Option<Value>,
+    }
 }
 
 /// `response_format` of chat and completions.
@@ -262,84 +278,28 @@ pub enum PromptSpec {
     TokenLists(Vec<Vec<i64>>),
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct CompletionRequest {
-    pub model: String,
-    pub prompt: PromptSpec,
-    #[serde(default)]
-    pub stream: Option<bool>,
-    #[serde(default)]
-    pub stream_options: Option<StreamOptions>,
-    /// Defaults to 16, as in OpenAI's API; 0 only with `echo`.
-    #[serde(default)]
-    pub max_tokens: Option<i64>,
-    #[serde(default)]
-    pub temperature: Option<f64>,
-    #[serde(default)]
-    pub top_p: Option<f64>,
-    #[serde(default)]
-    pub top_k: Option<i64>,
-    #[serde(default)]
-    pub seed: Option<i64>,
-    #[serde(default)]
-    pub stop: Option<StopSpec>,
-    #[serde(default)]
-    pub user: Option<String>,
-    /// Choices to generate, 1 to 16 (each with its own seed, `seed + i`
-    /// when `seed` is given); the prompt is computed once for all of them.
-    #[serde(default)]
-    #[schema(minimum = 1, maximum = 16)]
-    pub n: Option<i64>,
-    #[serde(default)]
-    pub best_of: Option<i64>,
-    /// `auto`/`default` (interactive lane) or `flex`: the batch lane, which
-    /// yields to interactive traffic and skips edge admission.
-    #[serde(default)]
-    pub service_tier: Option<String>,
-    /// Extension (vLLM): keep generating past the end-of-sequence token until
-    /// `max_tokens`, for benchmarks that need exact output lengths.
-    #[serde(default)]
-    pub ignore_eos: Option<bool>,
-    /// Put the prompt before the output, in `text` and (with `logprobs`)
-    /// in the log probabilities, each prompt token scored given the ones
-    /// before it. With `max_tokens: 0` it scores a text without generating.
-    #[serde(default)]
-    pub echo: Option<bool>,
-    #[serde(default)]
-    pub suffix: Option<String>,
-    /// -2 to 2: lowers the logit of every token generated so far once.
-    #[serde(default)]
-    pub presence_penalty: Option<f64>,
-    /// -2 to 2: lowers the logit of every token generated so far once per
-    /// occurrence.
-    #[serde(default)]
-    pub frequency_penalty: Option<f64>,
-    /// Token id (as a string) to a bias from -100 to 100, added to its logit
-    /// before sampling; at most 1024 entries.
-    #[serde(default)]
-    #[schema(value_type = Option<std::collections::HashMap<String, f64>>)]
-    pub logit_bias: Option<Value>,
-    /// Extension (vLLM): above 1 discourages, below 1 encourages every token
-    /// of the prompt and the output (positive logits divided, negative
-    /// multiplied); 1 is off; at most 10.
-    #[serde(default)]
-    pub repetition_penalty: Option<f64>,
-    /// Extension (vLLM): generate at least this many tokens before the
-    /// end-of-sequence token or a stop string may end the output.
-    #[serde(default)]
-    pub min_tokens: Option<i64>,
-    /// Extension (vLLM): keep the matched stop string at the end of the
-    /// output.
-    #[serde(default)]
-    pub include_stop_str_in_output: Option<bool>,
-    /// Log probabilities of each output token and of up to this many (0-20)
-    /// most likely alternatives, in the legacy completions shape.
-    #[serde(default)]
-    pub logprobs: Option<i64>,
-    /// Extension (vLLM): as chat's `response_format`.
-    #[serde(default)]
-    #[schema(value_type = Option<ResponseFormat>)]
-    pub response_format: Option<Value>,
+generation_request! {
+    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+    pub struct CompletionRequest {
+        pub model: String,
+        pub prompt: PromptSpec,
+        /// Defaults to 16, as in OpenAI's API; 0 only with `echo`.
+        #[serde(default)]
+        pub max_tokens: Option<i64>,
+        #[serde(default)]
+        pub best_of: Option<i64>,
+        /// Put the prompt before the output, in `text` and (with `logprobs`)
+        /// in the log probabilities, each prompt token scored given the ones
+        /// before it. With `max_tokens: 0` it scores a text without generating.
+        #[serde(default)]
+        pub echo: Option<bool>,
+        #[serde(default)]
+        pub suffix: Option<String>,
+        /// Log probabilities of each output token and of up to this many (0-20)
+        /// most likely alternatives, in the legacy completions shape.
+        #[serde(default)]
+        pub logprobs: Option<i64>,
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

@@ -80,6 +80,34 @@ struct Common<'a> {
     response_format: Option<&'a Value>,
 }
 
+/// The [`Common`] of a chat or completion request: both declare the shared
+/// sampling fields through `stoker_schemas::openai`'s `generation_request!`,
+/// so their names are the same.
+macro_rules! common_of {
+    ($req:expr) => {
+        Common {
+            stream: $req.stream,
+            include_usage: $req.stream_options.as_ref().and_then(|o| o.include_usage),
+            temperature: $req.temperature,
+            top_p: $req.top_p,
+            top_k: $req.top_k,
+            seed: $req.seed,
+            stop: $req.stop.clone(),
+            user: $req.user.as_deref(),
+            n: $req.n,
+            presence_penalty: $req.presence_penalty,
+            frequency_penalty: $req.frequency_penalty,
+            logit_bias: $req.logit_bias.as_ref(),
+            repetition_penalty: $req.repetition_penalty,
+            min_tokens: $req.min_tokens,
+            include_stop_str_in_output: $req.include_stop_str_in_output,
+            service_tier: $req.service_tier.as_deref(),
+            ignore_eos: $req.ignore_eos,
+            response_format: $req.response_format.as_ref(),
+        }
+    };
+}
+
 /// `service_tier`: `flex` runs in the batch lane (it yields to interactive
 /// traffic and skips edge admission); `auto`, `default` and none are
 /// interactive. Anything else is refused by name rather than served at a
@@ -293,26 +321,7 @@ fn template_error(e: TemplateError) -> ApiError {
 }
 
 pub fn chat(req: ChatCompletionRequest, tenant: &str, t: &Target) -> Result<Prepared, ApiError> {
-    let c = Common {
-        stream: req.stream,
-        include_usage: req.stream_options.as_ref().and_then(|o| o.include_usage),
-        temperature: req.temperature,
-        top_p: req.top_p,
-        top_k: req.top_k,
-        seed: req.seed,
-        stop: req.stop.clone(),
-        user: req.user.as_deref(),
-        n: req.n,
-        presence_penalty: req.presence_penalty,
-        frequency_penalty: req.frequency_penalty,
-        logit_bias: req.logit_bias.as_ref(),
-        repetition_penalty: req.repetition_penalty,
-        min_tokens: req.min_tokens,
-        include_stop_str_in_output: req.include_stop_str_in_output,
-        service_tier: req.service_tier.as_deref(),
-        ignore_eos: req.ignore_eos,
-        response_format: req.response_format.as_ref(),
-    };
+    let c = common_of!(req);
     let params = common_params(&c, &t.served.artifact.info().generation)?;
     let lane = lane_of(c.service_tier)?;
     if req.functions.as_ref().is_some_and(|v| !v.is_null()) {
@@ -545,26 +554,7 @@ pub fn token_ids(v: &[i64], vocab_size: usize, param: &str) -> Result<Vec<u32>, 
 }
 
 pub fn completion(req: CompletionRequest, tenant: &str, t: &Target) -> Result<Prepared, ApiError> {
-    let c = Common {
-        stream: req.stream,
-        include_usage: req.stream_options.as_ref().and_then(|o| o.include_usage),
-        temperature: req.temperature,
-        top_p: req.top_p,
-        top_k: req.top_k,
-        seed: req.seed,
-        stop: req.stop.clone(),
-        user: req.user.as_deref(),
-        n: req.n,
-        presence_penalty: req.presence_penalty,
-        frequency_penalty: req.frequency_penalty,
-        logit_bias: req.logit_bias.as_ref(),
-        repetition_penalty: req.repetition_penalty,
-        min_tokens: req.min_tokens,
-        include_stop_str_in_output: req.include_stop_str_in_output,
-        service_tier: req.service_tier.as_deref(),
-        ignore_eos: req.ignore_eos,
-        response_format: req.response_format.as_ref(),
-    };
+    let c = common_of!(req);
     let params = common_params(&c, &t.served.artifact.info().generation)?;
     let lane = lane_of(c.service_tier)?;
     if req.best_of.is_some_and(|b| b > 1) {
