@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use stoker_controlplane::transport::Kafka;
 use stoker_executor::chat_template::ChatTemplate;
-use stoker_executor::engine::{EngineStats, ModelInfo};
+use stoker_executor::engine::{EngineStats, LaneStats, ModelInfo};
 use stoker_executor::tokenizer::ModelTokenizer;
 use stoker_executor::{RequestLimits, ValidRequest};
 use stoker_schemas::codes::ErrorCode;
@@ -30,7 +30,7 @@ use stoker_api::backend::{
     Artifact, Backend, BackendError, Fleet, Generation, LiveExecutor, Report, Runner,
 };
 use stoker_routing::prefix::{self, PrefixIndex};
-use stoker_routing::{CapacityView, Demand, Entry, InFlight, RoutingPolicy};
+use stoker_routing::{CapacityView, Demand, Entry, FleetLoad, InFlight, RoutingPolicy};
 
 use crate::kafka::unix_ms;
 use crate::wire;
@@ -445,13 +445,35 @@ impl Artifact for RemoteBackend {
     }
 }
 
+/// The fleet's summed load as the engine stats admission reads: the
+/// executors' requests count as the interactive lane's.
+fn engine_stats(l: &FleetLoad) -> EngineStats {
+    EngineStats {
+        interactive: LaneStats {
+            running: l.running,
+            waiting: l.waiting,
+            preemptions_total: 0,
+        },
+        waiting_tokens: l.waiting_tokens,
+        kv_blocks_total: l.kv_blocks_total,
+        kv_blocks_free: l.kv_blocks_free,
+        kv_blocks_used: l.kv_blocks_used,
+        tokens_per_second_ewma: l.tokens_per_second,
+        prefill_tokens_per_second_ewma: l.prefill_tokens_per_second,
+        decode_tokens_per_second_ewma: l.decode_tokens_per_second,
+        ..EngineStats::default()
+    }
+}
+
 impl Backend for RemoteBackend {
     fn stats(&self) -> EngineStats {
-        self.inner
+        let load = self
+            .inner
             .view
             .lock()
             .unwrap()
-            .stats(&self.inner.info.identity.sha256, Instant::now())
+            .load(&self.inner.info.identity.sha256, Instant::now());
+        engine_stats(&load)
     }
 
     fn submit(&self, request: ValidRequest) -> Result<Generation, BackendError> {
@@ -462,7 +484,7 @@ impl Backend for RemoteBackend {
         };
         // Prefer the executor whose cache holds this prompt's prefix (the
         // conversation's earlier turns, a shared system prompt).
-        let blocks = prefix::block_hashes(request.prompt());
+        let blocks = prefix::block_hashes(request.prompt(), stoker_executor::BLOCK_SIZE);
         let preferred = inner
             .prefixes
             .lock()

@@ -9,5 +9,5 @@
 pub mod capacity;
 pub mod prefix;
 
-pub use capacity::{CapacityView, Demand, Entry, InFlight, RoutingPolicy};
+pub use capacity::{CapacityView, Demand, Entry, FleetLoad, InFlight, RoutingPolicy};
 pub use prefix::{PrefixIndex, block_hashes};

@@ -9,8 +9,6 @@
 use std::collections::{HashMap, VecDeque};
 use std::hash::{DefaultHasher, Hash, Hasher};
 
-use stoker_executor::BLOCK_SIZE;
-
 /// Prefixes remembered per API instance (about 50 bytes each).
 pub const DEFAULT_CAPACITY: usize = 65_536;
 
@@ -26,12 +24,14 @@ pub struct PrefixIndex {
     capacity: usize,
 }
 
-/// The hash chain of `prompt`'s full blocks: element `i` stands for the
-/// first `(i + 1) * BLOCK_SIZE` tokens.
-pub fn block_hashes(prompt: &[u32]) -> Vec<u64> {
-    let mut out = Vec::with_capacity(prompt.len() / BLOCK_SIZE);
+/// The hash chain of `prompt`'s full blocks of `block_size` tokens (the
+/// executors' KV block size): element `i` stands for the first
+/// `(i + 1) * block_size` tokens.
+pub fn block_hashes(prompt: &[u32], block_size: usize) -> Vec<u64> {
+    let block_size = block_size.max(1);
+    let mut out = Vec::with_capacity(prompt.len() / block_size);
     let mut prev = 0u64;
-    for block in prompt.chunks_exact(BLOCK_SIZE) {
+    for block in prompt.chunks_exact(block_size) {
         let mut h = DefaultHasher::new();
         prev.hash(&mut h);
         block.hash(&mut h);
@@ -118,6 +118,11 @@ impl PrefixIndex {
 mod tests {
     use super::*;
 
+    /// The engine's block size, which these prompts' lengths are cut for.
+    fn hashes(prompt: &[u32]) -> Vec<u64> {
+        block_hashes(prompt, 16)
+    }
+
     fn prompt(seed: u32, len: usize) -> Vec<u32> {
         (0..len as u32).map(|i| seed * 1000 + i).collect()
     }
@@ -128,51 +133,47 @@ mod tests {
         let system = prompt(1, 64);
         let mut turn1 = system.clone();
         turn1.extend(prompt(2, 20));
-        ix.record(&block_hashes(&turn1), "a");
+        ix.record(&hashes(&turn1), "a");
         // The next turn shares the 64-token system prompt and the first turn.
         let mut turn2 = turn1.clone();
         turn2.extend(prompt(3, 40));
-        assert_eq!(ix.lookup(&block_hashes(&turn2)), Some(("a", 5)));
-        assert_eq!(
-            ix.preferred(&block_hashes(&turn2)),
-            Some("a"),
-            "5 of 7 blocks"
-        );
+        assert_eq!(ix.lookup(&hashes(&turn2)), Some(("a", 5)));
+        assert_eq!(ix.preferred(&hashes(&turn2)), Some("a"), "5 of 7 blocks");
         // Another conversation with the same system prompt: still "a".
         let mut other = system.clone();
         other.extend(prompt(4, 30));
-        assert_eq!(ix.lookup(&block_hashes(&other)), Some(("a", 4)));
-        assert_eq!(ix.preferred(&block_hashes(&other)), Some("a"), "4 of 5");
+        assert_eq!(ix.lookup(&hashes(&other)), Some(("a", 4)));
+        assert_eq!(ix.preferred(&hashes(&other)), Some("a"), "4 of 5");
         let mut long = system.clone();
         long.extend(prompt(5, 100));
-        assert_eq!(ix.preferred(&block_hashes(&long)), None, "4 of 10");
+        assert_eq!(ix.preferred(&hashes(&long)), None, "4 of 10");
         // A longer match on "b" wins over the shared system prompt on "a".
-        ix.record(&block_hashes(&other), "b");
-        assert_eq!(ix.lookup(&block_hashes(&other)), Some(("b", 5)));
+        ix.record(&hashes(&other), "b");
+        assert_eq!(ix.lookup(&hashes(&other)), Some(("b", 5)));
         // Nothing in common, or shorter than a block: no preference.
-        assert_eq!(ix.lookup(&block_hashes(&prompt(9, 100))), None);
-        assert_eq!(ix.lookup(&block_hashes(&system[..15])), None);
+        assert_eq!(ix.lookup(&hashes(&prompt(9, 100))), None);
+        assert_eq!(ix.lookup(&hashes(&system[..15])), None);
     }
 
     #[test]
     fn bounded_oldest_first_and_forgets_lost_executors() {
         let mut ix = PrefixIndex::new(8);
         for i in 0..20 {
-            ix.record(&block_hashes(&prompt(i, 32)), "a");
+            ix.record(&hashes(&prompt(i, 32)), "a");
             assert!(ix.len() <= 8);
             assert!(ix.order.len() <= 16 + 2);
         }
         // The newest are kept, the oldest gone.
-        assert_eq!(ix.preferred(&block_hashes(&prompt(19, 32))), Some("a"));
-        assert_eq!(ix.lookup(&block_hashes(&prompt(0, 32))), None);
+        assert_eq!(ix.preferred(&hashes(&prompt(19, 32))), Some("a"));
+        assert_eq!(ix.lookup(&hashes(&prompt(0, 32))), None);
         // Re-recording a key keeps it alive past older ones.
-        ix.record(&block_hashes(&prompt(16, 32)), "b");
+        ix.record(&hashes(&prompt(16, 32)), "b");
         for i in 30..32 {
-            ix.record(&block_hashes(&prompt(i, 16)), "a");
+            ix.record(&hashes(&prompt(i, 16)), "a");
         }
-        assert_eq!(ix.preferred(&block_hashes(&prompt(16, 32))), Some("b"));
+        assert_eq!(ix.preferred(&hashes(&prompt(16, 32))), Some("b"));
         ix.forget("b");
-        assert_eq!(ix.lookup(&block_hashes(&prompt(16, 32))), None);
+        assert_eq!(ix.lookup(&hashes(&prompt(16, 32))), None);
         assert!(ix.len() <= 8);
     }
 }

@@ -15,6 +15,7 @@ use super::executor::{Executor, StepEnd};
 use super::stats::{Outcome, summarise};
 use super::workload::{Request, Workload};
 use super::{Policy, SHA, SimConfig};
+use stoker_executor::BLOCK_SIZE;
 use stoker_routing::{CapacityView, Demand, InFlight, PrefixIndex, RoutingPolicy, block_hashes};
 
 /// How often an executor reports (`kafka.capacity_interval_ms`).
@@ -215,7 +216,7 @@ impl World {
         };
         let router = &mut self.routers[r.api as usize];
         let choice = if r.tried.is_empty() {
-            let hashes = block_hashes(&r.tokens(req));
+            let hashes = block_hashes(&r.tokens(req), BLOCK_SIZE);
             let preferred = self
                 .affinity
                 .then(|| router.prefixes.preferred(&hashes).map(str::to_string))

@@ -18,9 +18,28 @@ use std::time::{Duration, Instant};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use stoker_executor::engine::EngineStats;
 use stoker_schemas::ids::ExecutorId;
 use stoker_schemas::transport::CapacityReport;
+
+/// The summed load of the executors that take work for a model: the
+/// reports' figures plus what this instance sent since each report.
+/// Routing's own type, so the pure core needs nothing of the engine.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FleetLoad {
+    /// Sequences running.
+    pub running: usize,
+    /// Requests waiting, with this instance's unreported ones.
+    pub waiting: usize,
+    /// Prompt + max tokens of every waiting request.
+    pub waiting_tokens: usize,
+    pub kv_blocks_total: usize,
+    pub kv_blocks_free: usize,
+    pub kv_blocks_used: usize,
+    /// Summed rates (tokens a second).
+    pub tokens_per_second: f64,
+    pub prefill_tokens_per_second: f64,
+    pub decode_tokens_per_second: f64,
+}
 
 #[derive(Clone, Debug)]
 pub struct Entry {
@@ -480,26 +499,26 @@ impl CapacityView {
             .any(|e| e.takes_work(sha256, now, self.timeout))
     }
 
-    /// The summed load of the live executors serving `sha256`, as admission
-    /// reads an engine's.
-    pub fn stats(&self, sha256: &str, now: Instant) -> EngineStats {
-        let mut s = EngineStats::default();
+    /// The summed load of the live executors serving `sha256`, which the
+    /// API's remote backend hands to admission as an engine's stats.
+    pub fn load(&self, sha256: &str, now: Instant) -> FleetLoad {
+        let mut s = FleetLoad::default();
         for e in self
             .entries
             .iter()
             .filter(|e| e.takes_work(sha256, now, self.timeout))
         {
             let r = &e.report;
-            s.interactive.running += r.running as usize;
-            s.interactive.waiting += r.waiting as usize + e.unreported() as usize;
+            s.running += r.running as usize;
+            s.waiting += r.waiting as usize + e.unreported() as usize;
             s.waiting_tokens += r.waiting_tokens as usize;
             s.kv_blocks_total += r.kv_blocks_total as usize;
             s.kv_blocks_free += r.kv_blocks_free as usize;
             s.kv_blocks_used +=
                 (r.kv_blocks_total - r.kv_blocks_free.min(r.kv_blocks_total)) as usize;
-            s.tokens_per_second_ewma += r.tokens_per_second;
-            s.prefill_tokens_per_second_ewma += r.prefill_tokens_per_second;
-            s.decode_tokens_per_second_ewma += r.decode_tokens_per_second;
+            s.tokens_per_second += r.tokens_per_second;
+            s.prefill_tokens_per_second += r.prefill_tokens_per_second;
+            s.decode_tokens_per_second += r.decode_tokens_per_second;
         }
         s
     }

@@ -111,11 +111,11 @@ fn a_report_that_names_this_instances_requests_counts_them_once() {
     let sent = v.pick("sha", ask(10), t0).unwrap();
     assert_eq!(sent.executor_id, "a");
     assert_eq!(load_of(&v, "a"), 1);
-    assert_eq!(v.stats("sha", t0).interactive.waiting, 1);
+    assert_eq!(v.load("sha", t0).waiting, 1);
     // The report shows it, as ours: once, not twice.
     v.observe_own(report("a", 0, 1, 100), Some(1), t0);
     assert_eq!(load_of(&v, "a"), 1);
-    assert_eq!(v.stats("sha", t0).interactive.waiting, 0);
+    assert_eq!(v.load("sha", t0).waiting, 0);
     // It ended; the report still shows it running: not counted.
     drop(sent);
     assert_eq!(load_of(&v, "a"), 0);
@@ -228,7 +228,7 @@ fn silent_executors_are_lost_once_and_not_routed_to() {
     assert_eq!(v.expire(t2), vec![id("a")]);
     assert!(v.expire(t2).is_empty(), "reported once");
     assert_eq!(v.pick("sha", ask(10), t2).unwrap().executor_id, "b");
-    assert_eq!(v.stats("sha", t2).kv_blocks_free, 10);
+    assert_eq!(v.load("sha", t2).kv_blocks_free, 10);
     // Back from the dead: routed to again.
     v.observe(report("a", 0, 0, 100), t2);
     assert_eq!(v.pick("sha", ask(10), t2).unwrap().executor_id, "a");
@@ -250,7 +250,7 @@ fn only_ready_executors_of_the_same_artifact_take_work() {
     assert_eq!(v.pick("sha", ask(1), t0), None);
     assert!(!v.any_ready("sha", t0));
     assert!(v.any_ready("other", t0));
-    assert_eq!(v.stats("sha", t0), EngineStats::default());
+    assert_eq!(v.load("sha", t0), FleetLoad::default());
 }
 fn two_choices(seed: u64) -> CapacityView {
     CapacityView::with_policy(
