@@ -76,9 +76,9 @@ impl Batch {
         }
     }
 
-    fn refuse(&self, action: &'static str) -> DomainError {
+    fn refuse(&self, id: &BatchId, action: &'static str) -> DomainError {
         DomainError::BatchStatus {
-            batch_id: self.id.as_deref().unwrap_or_default().to_owned(),
+            batch_id: id.clone(),
             status: self.status(),
             action,
         }
@@ -128,13 +128,13 @@ impl Aggregate for Batch {
                     vec![BatchCancelRequested { batch_id: id }.into()]
                 }
                 Validating | InProgress | Finalizing => Vec::new(),
-                Ended(_) | Failed => return Err(self.refuse("cancelled")),
+                Ended(_) | Failed => return Err(self.refuse(&id, "cancelled")),
             },
             BatchCommand::Finalize => match self.phase {
                 Absent => return Err(absent()),
                 InProgress | Validating => vec![BatchFinalizing { batch_id: id }.into()],
                 Finalizing => Vec::new(),
-                Ended(_) | Failed => return Err(self.refuse("finalized")),
+                Ended(_) | Failed => return Err(self.refuse(&id, "finalized")),
             },
             BatchCommand::End {
                 outcome,
@@ -155,7 +155,7 @@ impl Aggregate for Batch {
                     }
                     .into(),
                 ],
-                _ => return Err(self.refuse("ended before finalizing")),
+                _ => return Err(self.refuse(&id, "ended before finalizing")),
             },
             BatchCommand::Fail { code, message } => match self.phase {
                 Absent => return Err(absent()),
@@ -167,7 +167,7 @@ impl Aggregate for Batch {
                     }
                     .into(),
                 ],
-                _ => return Err(self.refuse("failed")),
+                _ => return Err(self.refuse(&id, "failed")),
             },
         })
     }

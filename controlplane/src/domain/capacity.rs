@@ -57,6 +57,8 @@ impl Aggregate for CapacityProfile {
             revision_registered,
         } = cmd;
         check_id("workload", &workload)?;
+        let deployment_id = parse_id(deployment_id)?;
+        let revision_id = parse_id(revision_id)?;
         if !revision_registered {
             return Err(DomainError::RevisionNotVerified {
                 deployment_id,
@@ -66,8 +68,8 @@ impl Aggregate for CapacityProfile {
         check_envelope(&envelope)?;
         Ok(vec![
             CapacityProfileRecorded {
-                deployment_id: parse_id(deployment_id)?,
-                revision_id: parse_id(revision_id)?,
+                deployment_id,
+                revision_id,
                 workload,
                 envelope,
             }

@@ -115,28 +115,29 @@ impl Deployment {
                 id: String::new(),
             }),
             Some(id) if self.retired => Err(DomainError::Retired {
-                deployment_id: id.to_string(),
+                deployment_id: id.clone(),
             }),
             Some(id) => Ok(id),
         }
     }
 
     /// The active rollout if `rollout_id` names it.
-    fn rollout(&self, id: &str, rollout_id: &str) -> Result<&RolloutState, DomainError> {
-        self.active_rollout
-            .as_ref()
-            .filter(|r| r.rollout_id == rollout_id)
-            .ok_or_else(|| DomainError::RolloutNotActive {
-                deployment_id: id.to_string(),
-                rollout_id: rollout_id.to_string(),
-            })
+    fn rollout(&self, id: &DeploymentId, rollout_id: String) -> Result<&RolloutState, DomainError> {
+        let rollout_id: RolloutId = parse_id(rollout_id)?;
+        match &self.active_rollout {
+            Some(r) if r.rollout_id == rollout_id => Ok(r),
+            _ => Err(DomainError::RolloutNotActive {
+                deployment_id: id.clone(),
+                rollout_id,
+            }),
+        }
     }
 
-    fn no_active_rollout(&self, id: &str) -> Result<(), DomainError> {
+    fn no_active_rollout(&self, id: &DeploymentId) -> Result<(), DomainError> {
         match &self.active_rollout {
             Some(r) => Err(DomainError::RolloutActive {
-                deployment_id: id.to_string(),
-                rollout_id: r.rollout_id.to_string(),
+                deployment_id: id.clone(),
+                rollout_id: r.rollout_id.clone(),
             }),
             None => Ok(()),
         }
@@ -152,10 +153,11 @@ impl Deployment {
         gates: SloGates,
     ) -> Result<DeploymentEvent, DomainError> {
         let rollout_id: RolloutId = parse_id(rollout_id)?;
+        let to_revision: RevisionId = parse_id(to_revision)?;
         if let Some(active) = &self.active_rollout {
             return Err(DomainError::RolloutAlreadyActive {
-                deployment_id: id.to_string(),
-                rollout_id: active.rollout_id.to_string(),
+                deployment_id: id.clone(),
+                rollout_id: active.rollout_id.clone(),
             });
         }
         if self
@@ -170,18 +172,18 @@ impl Deployment {
         }
         let Some(from_revision) = self.serving_revision.clone() else {
             return Err(DomainError::NoServingRevision {
-                deployment_id: id.to_string(),
+                deployment_id: id.clone(),
             });
         };
         if !to_revision_verified {
             return Err(DomainError::RevisionNotVerified {
-                deployment_id: id.to_string(),
+                deployment_id: id.clone(),
                 revision_id: to_revision,
             });
         }
         if to_revision == from_revision {
             return Err(DomainError::SameRevision {
-                deployment_id: id.to_string(),
+                deployment_id: id.clone(),
                 revision_id: to_revision,
             });
         }
@@ -191,7 +193,7 @@ impl Deployment {
             deployment_id: id.to_owned(),
             rollout_id,
             from_revision,
-            to_revision: parse_id(to_revision)?,
+            to_revision,
             steps,
             gates,
         }
@@ -273,15 +275,16 @@ impl Aggregate for Deployment {
                 verified,
             } => {
                 self.no_active_rollout(id)?;
+                let revision_id = parse_id(revision_id)?;
                 if !verified {
                     return Err(DomainError::RevisionNotVerified {
-                        deployment_id: deployment_id.into_string(),
+                        deployment_id,
                         revision_id,
                     });
                 }
                 ServingRevisionSet {
                     deployment_id,
-                    revision_id: parse_id(revision_id)?,
+                    revision_id,
                 }
                 .into()
             }
@@ -302,16 +305,14 @@ impl Aggregate for Deployment {
             C::AdvanceRollout {
                 rollout_id,
                 figures,
-            } => self.rollout(id, &rollout_id)?.advance(id, figures)?,
-            C::PauseRollout { rollout_id } => self.rollout(id, &rollout_id)?.pause(id)?,
-            C::ResumeRollout { rollout_id } => self.rollout(id, &rollout_id)?.resume(id)?,
+            } => self.rollout(id, rollout_id)?.advance(id, figures)?,
+            C::PauseRollout { rollout_id } => self.rollout(id, rollout_id)?.pause(id)?,
+            C::ResumeRollout { rollout_id } => self.rollout(id, rollout_id)?.resume(id)?,
             C::RollBack {
                 rollout_id,
                 figures,
-            } => self
-                .rollout(id, &rollout_id)?
-                .roll_back(id, figures, meta)?,
-            C::CompleteRollout { rollout_id } => self.rollout(id, &rollout_id)?.complete(id)?,
+            } => self.rollout(id, rollout_id)?.roll_back(id, figures, meta)?,
+            C::CompleteRollout { rollout_id } => self.rollout(id, rollout_id)?.complete(id)?,
         };
         Ok(vec![event])
     }

@@ -7,6 +7,9 @@
 //! unchanged.
 
 use stoker_schemas::codes::ErrorCode;
+use stoker_schemas::ids::{
+    BatchId, DeploymentId, ExecutorId, KeyId, RevisionId, RolloutId, TenantId,
+};
 
 /// The HTTP class of a refusal: 404, 409 or 400.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -26,7 +29,7 @@ pub enum DomainError {
     #[error("{kind} {id:?} does not exist")]
     NotFound { kind: &'static str, id: String },
     #[error("deployment {deployment_id:?} is retired and accepts no further changes")]
-    Retired { deployment_id: String },
+    Retired { deployment_id: DeploymentId },
     #[error("{kind} id {id:?} is invalid: {detail}")]
     InvalidId {
         kind: &'static str,
@@ -40,31 +43,31 @@ pub enum DomainError {
          verified artifact"
     )]
     RevisionNotVerified {
-        deployment_id: String,
-        revision_id: String,
+        deployment_id: DeploymentId,
+        revision_id: RevisionId,
     },
     #[error(
         "deployment {deployment_id:?} has rollout {rollout_id:?} in progress; finish or roll it \
          back first"
     )]
     RolloutActive {
-        deployment_id: String,
-        rollout_id: String,
+        deployment_id: DeploymentId,
+        rollout_id: RolloutId,
     },
     #[error("deployment {deployment_id:?} has no serving revision to roll out from")]
-    NoServingRevision { deployment_id: String },
+    NoServingRevision { deployment_id: DeploymentId },
     #[error("revision {revision_id:?} already serves deployment {deployment_id:?}")]
     SameRevision {
-        deployment_id: String,
-        revision_id: String,
+        deployment_id: DeploymentId,
+        revision_id: RevisionId,
     },
     #[error(
         "deployment {deployment_id:?} already has rollout {rollout_id:?} in progress; only one \
          rollout may be active at a time"
     )]
     RolloutAlreadyActive {
-        deployment_id: String,
-        rollout_id: String,
+        deployment_id: DeploymentId,
+        rollout_id: RolloutId,
     },
     #[error("the rollout steps are invalid: {0}")]
     InvalidSteps(String),
@@ -74,26 +77,26 @@ pub enum DomainError {
     InvalidFigures(String),
     #[error("rollout {rollout_id:?} is not the active rollout of deployment {deployment_id:?}")]
     RolloutNotActive {
-        deployment_id: String,
-        rollout_id: String,
+        deployment_id: DeploymentId,
+        rollout_id: RolloutId,
     },
     #[error("rollout {rollout_id:?} of deployment {deployment_id:?} is paused")]
     RolloutPaused {
-        deployment_id: String,
-        rollout_id: String,
+        deployment_id: DeploymentId,
+        rollout_id: RolloutId,
     },
     #[error("rollout {rollout_id:?} of deployment {deployment_id:?} is not paused")]
     RolloutNotPaused {
-        deployment_id: String,
-        rollout_id: String,
+        deployment_id: DeploymentId,
+        rollout_id: RolloutId,
     },
     #[error(
         "rollout {rollout_id:?} of deployment {deployment_id:?} is already at its last step \
          ({percent} %); complete it instead"
     )]
     RolloutAtLastStep {
-        deployment_id: String,
-        rollout_id: String,
+        deployment_id: DeploymentId,
+        rollout_id: RolloutId,
         percent: u8,
     },
     #[error(
@@ -101,8 +104,8 @@ pub enum DomainError {
          the new revision; it can complete only at 100 %"
     )]
     RolloutNotAtFullTraffic {
-        deployment_id: String,
-        rollout_id: String,
+        deployment_id: DeploymentId,
+        rollout_id: RolloutId,
         percent: u8,
     },
     #[error("{action} requires a non-empty reason")]
@@ -114,15 +117,15 @@ pub enum DomainError {
          {deployment_id:?}"
     )]
     RevisionAbsent {
-        deployment_id: String,
-        revision_id: String,
+        deployment_id: DeploymentId,
+        revision_id: RevisionId,
         model_uri: String,
     },
     #[error(
         "the artifact at {model_uri:?} for revision {revision_id:?} could not be read: {detail}"
     )]
     ArtifactUnreadable {
-        revision_id: String,
+        revision_id: RevisionId,
         model_uri: String,
         detail: String,
     },
@@ -132,37 +135,37 @@ pub enum DomainError {
          directory's hash covers every model file in it; `stoker inspect` lists each file's)"
     )]
     HashMismatch {
-        revision_id: String,
+        revision_id: RevisionId,
         expected: String,
         actual: String,
     },
     #[error("the capacity envelope is invalid: {0}")]
     InvalidEnvelope(String),
     #[error("executor {executor_id:?} is already registered")]
-    AlreadyRegistered { executor_id: String },
+    AlreadyRegistered { executor_id: ExecutorId },
     #[error("executor {executor_id:?} is already draining")]
-    AlreadyDraining { executor_id: String },
+    AlreadyDraining { executor_id: ExecutorId },
     #[error("executor {executor_id:?} has already drained")]
-    AlreadyDrained { executor_id: String },
+    AlreadyDrained { executor_id: ExecutorId },
     #[error("executor {executor_id:?} is not draining")]
-    NotDraining { executor_id: String },
+    NotDraining { executor_id: ExecutorId },
     #[error("executor {executor_id:?} was lost")]
-    ExecutorLost { executor_id: String },
+    ExecutorLost { executor_id: ExecutorId },
     #[error("executor {executor_id:?} is no longer active (it is {status})")]
     ExecutorNotActive {
-        executor_id: String,
+        executor_id: ExecutorId,
         status: &'static str,
     },
     /// A batch command that its current status does not allow (e.g. cancelling
     /// a completed batch).
     #[error("batch {batch_id:?} is {status}; it cannot be {action}")]
     BatchStatus {
-        batch_id: String,
+        batch_id: BatchId,
         status: &'static str,
         action: &'static str,
     },
     #[error("API key {key_id:?} of tenant {tenant_id:?} is already revoked")]
-    KeyRevoked { tenant_id: String, key_id: String },
+    KeyRevoked { tenant_id: TenantId, key_id: KeyId },
     #[error("the API key is invalid: {0}")]
     InvalidKey(String),
     #[error("the tenant quota is invalid: {0}")]

@@ -113,7 +113,8 @@ impl Aggregate for Executor {
 
     fn handle(&self, cmd: ExecutorCommand, meta: &Meta) -> Result<Vec<ExecutorEvent>, DomainError> {
         use ExecutorStatus as S;
-        let executor_id = self.executor_id().to_owned();
+        // The registered id, for refusals in states that follow registration.
+        let known = || self.executor_id.clone().ok_or_else(|| self.not_found());
         let event = match cmd {
             ExecutorCommand::Register {
                 executor_id,
@@ -121,7 +122,9 @@ impl Aggregate for Executor {
                 revision_id,
             } => match self.status {
                 S::Active | S::Draining => {
-                    return Err(DomainError::AlreadyRegistered { executor_id });
+                    return Err(DomainError::AlreadyRegistered {
+                        executor_id: parse_id(executor_id)?,
+                    });
                 }
                 S::Unregistered | S::Drained | S::Lost => ExecutorRegistered {
                     executor_id: parse_id(executor_id)?,
@@ -132,11 +135,23 @@ impl Aggregate for Executor {
             },
             ExecutorCommand::Drain => match self.status {
                 S::Unregistered => return Err(self.not_found()),
-                S::Draining => return Err(DomainError::AlreadyDraining { executor_id }),
-                S::Drained => return Err(DomainError::AlreadyDrained { executor_id }),
-                S::Lost => return Err(DomainError::ExecutorLost { executor_id }),
+                S::Draining => {
+                    return Err(DomainError::AlreadyDraining {
+                        executor_id: known()?,
+                    });
+                }
+                S::Drained => {
+                    return Err(DomainError::AlreadyDrained {
+                        executor_id: known()?,
+                    });
+                }
+                S::Lost => {
+                    return Err(DomainError::ExecutorLost {
+                        executor_id: known()?,
+                    });
+                }
                 S::Active => {
-                    meta.require_reason(|| format!("draining executor {executor_id:?}"))?;
+                    meta.require_reason(|| format!("draining executor {:?}", self.executor_id()))?;
                     let (executor_id, deployment_id) = self.ids()?;
                     ExecutorDraining {
                         executor_id,
@@ -148,7 +163,9 @@ impl Aggregate for Executor {
             ExecutorCommand::MarkDrained => match self.status {
                 S::Unregistered => return Err(self.not_found()),
                 S::Active | S::Drained | S::Lost => {
-                    return Err(DomainError::NotDraining { executor_id });
+                    return Err(DomainError::NotDraining {
+                        executor_id: known()?,
+                    });
                 }
                 S::Draining => {
                     let (executor_id, deployment_id) = self.ids()?;
@@ -163,7 +180,7 @@ impl Aggregate for Executor {
                 S::Unregistered => return Err(self.not_found()),
                 S::Drained | S::Lost => {
                     return Err(DomainError::ExecutorNotActive {
-                        executor_id,
+                        executor_id: known()?,
                         status: self.status.as_str(),
                     });
                 }

@@ -103,26 +103,26 @@ impl Aggregate for Revision {
                 id: revision_id,
             });
         }
-        let revision: RevisionId = parse_id(revision_id.clone())?;
+        let revision: RevisionId = parse_id(revision_id)?;
         if !deployment_exists {
             return Err(DomainError::NotFound {
                 kind: "deployment",
                 id: deployment_id,
             });
         }
-        let deployment: DeploymentId = parse_id(deployment_id.clone())?;
+        let deployment: DeploymentId = parse_id(deployment_id)?;
         let actual = match artifact {
             ArtifactCheck::Verified { sha256 } => sha256,
             ArtifactCheck::Absent => {
                 return Err(DomainError::RevisionAbsent {
-                    deployment_id,
-                    revision_id,
+                    deployment_id: deployment,
+                    revision_id: revision,
                     model_uri,
                 });
             }
             ArtifactCheck::Unreadable(detail) => {
                 return Err(DomainError::ArtifactUnreadable {
-                    revision_id,
+                    revision_id: revision,
                     model_uri,
                     detail,
                 });
@@ -130,7 +130,7 @@ impl Aggregate for Revision {
         };
         if !actual.eq_ignore_ascii_case(&model_sha256) {
             return Err(DomainError::HashMismatch {
-                revision_id,
+                revision_id: revision,
                 expected: model_sha256,
                 actual,
             });

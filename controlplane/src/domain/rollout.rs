@@ -62,8 +62,8 @@ impl RolloutState {
         }
         if self.at_last_step() {
             return Err(DomainError::RolloutAtLastStep {
-                deployment_id: deployment_id.to_string(),
-                rollout_id: self.rollout_id.to_string(),
+                deployment_id: deployment_id.clone(),
+                rollout_id: self.rollout_id.clone(),
                 percent: self.percent,
             });
         }
@@ -101,8 +101,8 @@ impl RolloutState {
     ) -> Result<DeploymentEvent, DomainError> {
         if !self.paused {
             return Err(DomainError::RolloutNotPaused {
-                deployment_id: deployment_id.to_string(),
-                rollout_id: self.rollout_id.to_string(),
+                deployment_id: deployment_id.clone(),
+                rollout_id: self.rollout_id.clone(),
             });
         }
         Ok(RolloutResumed {
@@ -146,8 +146,8 @@ impl RolloutState {
         }
         if self.percent != 100 {
             return Err(DomainError::RolloutNotAtFullTraffic {
-                deployment_id: deployment_id.to_string(),
-                rollout_id: self.rollout_id.to_string(),
+                deployment_id: deployment_id.clone(),
+                rollout_id: self.rollout_id.clone(),
                 percent: self.percent,
             });
         }
@@ -161,8 +161,8 @@ impl RolloutState {
 
     fn paused_error(&self, deployment_id: &DeploymentId) -> DomainError {
         DomainError::RolloutPaused {
-            deployment_id: deployment_id.to_string(),
-            rollout_id: self.rollout_id.to_string(),
+            deployment_id: deployment_id.clone(),
+            rollout_id: self.rollout_id.clone(),
         }
     }
 }

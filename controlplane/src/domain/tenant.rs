@@ -212,10 +212,7 @@ impl Aggregate for Tenant {
                     });
                 }
                 Some(true) => {
-                    return Err(DomainError::KeyRevoked {
-                        tenant_id: tenant_id.into_string(),
-                        key_id: key_id.into_string(),
-                    });
+                    return Err(DomainError::KeyRevoked { tenant_id, key_id });
                 }
                 Some(false) => {
                     meta.require_reason(|| format!("revoking API key {key_id:?}"))?;

@@ -4,16 +4,22 @@
 
 use stoker_controlplane::domain::{DomainError, ErrorKind};
 use stoker_schemas::codes::ErrorCode;
+use stoker_schemas::ids::{DeploymentId, RolloutId};
 
 fn s(x: &str) -> String {
     x.to_owned()
+}
+
+/// A well-formed id of the field's kind.
+fn id<T: std::str::FromStr<Err: std::fmt::Debug>>(x: &str) -> T {
+    x.parse().unwrap()
 }
 
 /// One instance of every variant with the class it must map to.
 fn catalogue() -> Vec<(DomainError, ErrorKind)> {
     use DomainError::*;
     use ErrorKind::{Conflict as C, Invalid as I, NotFound as N};
-    let dr = || (s("chat"), s("ro1"));
+    let dr = || (id::<DeploymentId>("chat"), id::<RolloutId>("ro1"));
     vec![
         (
             AlreadyExists {
@@ -31,7 +37,7 @@ fn catalogue() -> Vec<(DomainError, ErrorKind)> {
         ),
         (
             Retired {
-                deployment_id: s("chat"),
+                deployment_id: id("chat"),
             },
             C,
         ),
@@ -46,8 +52,8 @@ fn catalogue() -> Vec<(DomainError, ErrorKind)> {
         (InvalidLimits(s("x")), I),
         (
             RevisionNotVerified {
-                deployment_id: s("chat"),
-                revision_id: s("b"),
+                deployment_id: id("chat"),
+                revision_id: id("b"),
             },
             I,
         ),
@@ -60,14 +66,14 @@ fn catalogue() -> Vec<(DomainError, ErrorKind)> {
         ),
         (
             NoServingRevision {
-                deployment_id: s("chat"),
+                deployment_id: id("chat"),
             },
             I,
         ),
         (
             SameRevision {
-                deployment_id: s("chat"),
-                revision_id: s("a"),
+                deployment_id: id("chat"),
+                revision_id: id("a"),
             },
             I,
         ),
@@ -126,15 +132,15 @@ fn catalogue() -> Vec<(DomainError, ErrorKind)> {
         ),
         (
             RevisionAbsent {
-                deployment_id: s("chat"),
-                revision_id: s("b"),
+                deployment_id: id("chat"),
+                revision_id: id("b"),
                 model_uri: s("file:///m"),
             },
             N,
         ),
         (
             ArtifactUnreadable {
-                revision_id: s("b"),
+                revision_id: id("b"),
                 model_uri: s("file:///m"),
                 detail: s("EIO"),
             },
@@ -142,7 +148,7 @@ fn catalogue() -> Vec<(DomainError, ErrorKind)> {
         ),
         (
             HashMismatch {
-                revision_id: s("b"),
+                revision_id: id("b"),
                 expected: s("aa"),
                 actual: s("bb"),
             },
@@ -151,44 +157,44 @@ fn catalogue() -> Vec<(DomainError, ErrorKind)> {
         (InvalidEnvelope(s("x")), I),
         (
             AlreadyRegistered {
-                executor_id: s("ex-1"),
+                executor_id: id("ex-1"),
             },
             C,
         ),
         (
             AlreadyDraining {
-                executor_id: s("ex-1"),
+                executor_id: id("ex-1"),
             },
             C,
         ),
         (
             AlreadyDrained {
-                executor_id: s("ex-1"),
+                executor_id: id("ex-1"),
             },
             C,
         ),
         (
             NotDraining {
-                executor_id: s("ex-1"),
+                executor_id: id("ex-1"),
             },
             C,
         ),
         (
             ExecutorLost {
-                executor_id: s("ex-1"),
+                executor_id: id("ex-1"),
             },
             C,
         ),
         (
             ExecutorNotActive {
-                executor_id: s("ex-1"),
+                executor_id: id("ex-1"),
                 status: "drained",
             },
             C,
         ),
         (
             BatchStatus {
-                batch_id: s("chat"),
+                batch_id: id("chat"),
                 status: "completed",
                 action: "cancelled",
             },
