@@ -8,12 +8,11 @@
 //! `DeploymentId` is known to be a valid deployment id, so no code checks a
 //! `String` later and no code can forget to.
 //!
-//! The transport's messages (`crate::transport`) keep plain strings: there
-//! an id is only a key the receiver looks up among its own (a reply's request
-//! among the pending ones, a job's executor against its own id), never
-//! stored, and a message that names nothing known is dropped. Each type's rule lives in its constructor
-//! ([`FromStr`], [`TryFrom<String>`]) and fails with an [`IdError`] naming the
-//! kind of id and the reason.
+//! The transport's messages (`crate::transport`) carry these types too, so
+//! a job, reply or capacity report with a malformed id does not decode (it
+//! is dropped as any undecodable message is). Each type's rule lives in its
+//! constructor ([`FromStr`], [`TryFrom<String>`]) and fails with an
+//! [`IdError`] naming the kind of id and the reason.
 //!
 //! On the wire nothing changes: every id serializes as a plain JSON string
 //! (serde `try_from`/`into` `String`), and its JSON Schema and OpenAPI schema
