@@ -194,7 +194,7 @@ fn catalogue() -> Vec<(DomainError, ErrorKind)> {
         ),
         (
             BatchStatus {
-                batch_id: id("chat"),
+                batch_id: id("batch_chat"),
                 status: "completed",
                 action: "cancelled",
             },
