@@ -10,7 +10,7 @@ use tokio::sync::mpsc as tmpsc;
 use super::events::{EngineEvent, FinishReason, Timings, Usage};
 use super::rate::Rate;
 use super::stats::EngineStats;
-use super::{Command, EngineConfig, ModelInfo};
+use super::{Command, EngineConfig, Forget, ModelInfo};
 use crate::detokenize::IncrementalDetokenizer;
 use crate::error::{EngineError, ModelError};
 use crate::ids::{Lane, SeqId};
@@ -261,22 +261,28 @@ impl EngineCore {
                     self.stats.planner = self.sched.planner();
                 }
             }
-            Command::ForgetSpeed(done) => {
-                // The warm-up's steps paid for first touches of the weights
-                // and the KV pool, and its one-token prompt is all fixed
-                // cost: they say nothing of how fast requests will be
+            Command::ForgetSpeed(what, done) => {
+                // The warm-up's first steps paid for first touches of the
+                // weights and the KV pool, and its one-token prompt is all
+                // fixed cost: they say nothing of how fast requests will be
                 // served. The step-cost model forgets them too: one-token
                 // steps cannot tell fixed from per-token cost, so the fit
                 // spread a cold step's time over every coefficient and read
                 // a prompt token at 25 ms (admission then refused the first
                 // burst of short chats on a fresh revision as seconds of
-                // prefill). Its prior stands until real steps are measured.
-                self.rates = Rates::default();
-                self.sched.forget_step_costs();
-                self.stats.planner = self.sched.planner();
+                // prefill). Its calibration prompt's prefill rate and costs
+                // stand; its step time, a long prefill's, is not a decode
+                // step's.
+                if what == Forget::Everything {
+                    self.rates.prefill = Rates::default().prefill;
+                    self.sched.forget_step_costs();
+                    self.stats.planner = self.sched.planner();
+                    self.stats.prefill_tokens_per_second_ewma = 0.0;
+                }
+                self.rates.all = Rate::default();
+                self.rates.decode = Rate::default();
                 self.stats.step_time_ewma = Duration::ZERO;
                 self.stats.tokens_per_second_ewma = 0.0;
-                self.stats.prefill_tokens_per_second_ewma = 0.0;
                 self.stats.decode_tokens_per_second_ewma = 0.0;
                 self.refresh_gauges();
                 *shared.lock().unwrap() = self.stats.clone();

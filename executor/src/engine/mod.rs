@@ -99,9 +99,9 @@ pub(crate) enum Command {
     Preempt(SeqId),
     /// New step-planner targets (a capacity profile came into force).
     SetPlanner(crate::scheduler::PlannerConfig),
-    /// Drops the step time and token rates the steps so far measured (after
-    /// the warm-up); the sender hears once the published stats show it.
-    ForgetSpeed(std::sync::mpsc::Sender<()>),
+    /// Drops what the steps so far measured (see [`Forget`]; the warm-up
+    /// sends it); the sender hears once the published stats show it.
+    ForgetSpeed(Forget, std::sync::mpsc::Sender<()>),
     Shutdown,
 }
 
@@ -297,31 +297,89 @@ impl Engine {
         let _ = self.tx.send(Command::Preempt(seq));
     }
 
-    /// Runs one short greedy generation end to end; readiness waits on this.
-    /// The step time and token rates its steps measured are then forgotten.
+    /// Runs one short greedy generation end to end, then one calibration
+    /// prompt; readiness waits on both.
+    ///
+    /// The first generation's steps paid for first touches of the weights and
+    /// its one-token prompt is all fixed cost, so they are forgotten. The
+    /// calibration prompt ([`CALIBRATION_TOKENS`]) is then prefilled on warm
+    /// weights, and the prefill rate and step-cost model it measured are kept:
+    /// a fresh server otherwise estimates its first burst from the cost
+    /// model's prior, which a machine twice as slow as the prior's makes
+    /// admit twice what it can start within the objective. Its step time is
+    /// forgotten (a long prefill step is not a decode step).
     pub fn warm_up(&self) -> Result<(), EngineError> {
-        let prompt = self
+        let hello = self
             .tokenizer
             .encode("Hello")
             .map_err(|e| EngineError::Internal(e.to_string()))?;
+        self.generate_quietly(hello, 2)?;
+        self.forget(Forget::Everything);
+        if let Some(prompt) = self.calibration_prompt()? {
+            self.generate_quietly(prompt, 1)?;
+            self.forget(Forget::StepTime);
+        }
+        Ok(())
+    }
+
+    /// A greedy generation on the interactive lane whose output is dropped.
+    fn generate_quietly(&self, prompt: Vec<u32>, max_tokens: usize) -> Result<(), EngineError> {
         let req = ValidRequest::new(
             prompt,
-            SamplingParams::greedy(2),
+            SamplingParams::greedy(max_tokens),
             Lane::Interactive,
             TenantId::default(),
             &self.model_limits(),
         )?;
         let mut h = self.submit(req)?;
-        let out = h.collect_blocking();
-        let (done, forgotten) = std::sync::mpsc::channel();
-        if self.tx.send(Command::ForgetSpeed(done)).is_ok() {
-            let _ = forgotten.recv();
-        }
-        match out.error {
+        match h.collect_blocking().error {
             Some(e) => Err(e),
             None => Ok(()),
         }
     }
+
+    /// Plain prose, [`CALIBRATION_TOKENS`] long or as long as the context
+    /// allows beside one output token; None when the context is too short to
+    /// measure anything.
+    fn calibration_prompt(&self) -> Result<Option<Vec<u32>>, EngineError> {
+        let len = CALIBRATION_TOKENS.min(self.info.context_window.saturating_sub(2));
+        if len < 16 {
+            return Ok(None);
+        }
+        let text = CALIBRATION_TEXT.repeat(len / 8 + 1);
+        let mut ids = self
+            .tokenizer
+            .encode(&text)
+            .map_err(|e| EngineError::Internal(e.to_string()))?;
+        ids.truncate(len);
+        Ok((ids.len() >= 16).then_some(ids))
+    }
+
+    /// Drops what the steps so far measured; returns once the published
+    /// stats show it.
+    fn forget(&self, what: Forget) {
+        let (done, forgotten) = std::sync::mpsc::channel();
+        if self.tx.send(Command::ForgetSpeed(what, done)).is_ok() {
+            let _ = forgotten.recv();
+        }
+    }
+}
+
+/// Prompt tokens of the warm-up's calibration prefill: above the prefill
+/// rate's publication floor (`rate::MIN_PREFILL_TOKENS`) however the planner
+/// chunks it, and a fraction of a second on a slow CPU.
+pub const CALIBRATION_TOKENS: usize = 160;
+
+const CALIBRATION_TEXT: &str = "The river runs past the old mill and under the stone bridge. ";
+
+/// What [`Command::ForgetSpeed`] drops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Forget {
+    /// The step time, the token rates and the step-cost model.
+    Everything,
+    /// The step time and the overall and decode rates; the prefill rate and
+    /// the step-cost model stand.
+    StepTime,
 }
 
 impl Drop for Engine {
