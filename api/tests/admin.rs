@@ -152,15 +152,19 @@ async fn first_start_records_the_default_deployment_revision_and_executor() {
         adm["profile"].is_null() && adm["max_outstanding"].as_u64().unwrap() > 0,
         "{adm}"
     );
-    // The step planner's targets in force, and the step-cost model's prior:
-    // the warm-up's cold steps are forgotten before the server turns ready
-    // (fitted on them, the model priced a prompt token at tens of ms).
+    // The step planner's targets in force, and the step-cost model fitted on
+    // the warm-up's calibration prefill alone: its cold first steps are
+    // forgotten before the server turns ready (fitted on them, the model
+    // priced a prompt token at tens of ms), and the prefill rate is live.
     let p = &adm["planner"];
     assert_eq!(p["interactive_itl_mode"], "relative", "{adm}");
     assert_eq!(p["interactive_itl_factor"], 1.6, "{adm}");
     assert_eq!(p["batch_step_target_ms"], 60.0, "{adm}");
     assert_eq!(p["batch_step_beside_chat_ms"], 40.0, "{adm}");
-    assert_eq!(p["step_cost"]["observations"], 0, "{adm}");
+    let fitted = p["step_cost"]["observations"].as_u64().unwrap();
+    assert!((1..=4).contains(&fitted), "the calibration's steps: {adm}");
+    assert_eq!(adm["prefill_rate_source"], "live", "{adm}");
+    assert!(adm["prefill_tok_s"].as_f64().unwrap() > 0.0, "{adm}");
     assert!(
         p["step_cost"]["per_token_ms"].as_f64().unwrap() > 0.0,
         "{adm}"

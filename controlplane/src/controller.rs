@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use stoker_schemas::events::{GateFigures, SloGates};
+use stoker_schemas::ids::RolloutId;
 
 use crate::projection::{RolloutStatus, RolloutView};
 use crate::requestlog::{RequestLog, RevisionFigures};
@@ -17,7 +18,7 @@ use crate::service::{CONTROLLER_ACTOR, ControlPlane, CpError, RolloutAction, met
 /// What the controller did to one rollout on one tick.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Decision {
-    pub rollout_id: String,
+    pub rollout_id: RolloutId,
     pub action: &'static str,
     pub reason: String,
 }
@@ -147,7 +148,7 @@ pub async fn tick(cp: &ControlPlane, log: &RequestLog) -> Result<Vec<Decision>, 
             Ok(_) => {
                 tracing::info!(rollout = %r.rollout_id, action = name, %reason, "rollout controller decided");
                 out.push(Decision {
-                    rollout_id: r.rollout_id.to_string(),
+                    rollout_id: r.rollout_id.clone(),
                     action: name,
                     reason,
                 });

@@ -141,7 +141,7 @@ impl ControlPlane {
         meta: &Meta,
     ) -> Result<Vec<Recorded>, CpError> {
         let cmd = DeploymentCommand::Create {
-            deployment_id: deployment_id.to_string(),
+            deployment_id: deployment_id.clone(),
             limits,
         };
         self.run::<Deployment>(deployment_id, cmd, meta).await
@@ -182,7 +182,7 @@ impl ControlPlane {
     ) -> Result<Vec<Recorded>, CpError> {
         let verified = self.revision_known(deployment_id, revision_id).await;
         let cmd = DeploymentCommand::SetServingRevision {
-            revision_id: revision_id.to_string(),
+            revision_id: revision_id.clone(),
             verified,
         };
         self.run::<Deployment>(deployment_id, cmd, meta).await
@@ -207,8 +207,8 @@ impl ControlPlane {
         };
         let stream_id = Views::revision_key(&spec.deployment_id, &spec.revision_id);
         let cmd = RevisionCommand::Register {
-            deployment_id: spec.deployment_id.to_string(),
-            revision_id: spec.revision_id.to_string(),
+            deployment_id: spec.deployment_id.clone(),
+            revision_id: spec.revision_id.clone(),
             model_uri: spec.model_uri,
             model_sha256: spec.model_sha256,
             tokenizer_hash: spec.tokenizer_hash,
@@ -246,8 +246,8 @@ impl ControlPlane {
         let rollout_id = RolloutId::generate();
         let verified = self.revision_known(deployment_id, to_revision).await;
         let cmd = DeploymentCommand::StartRollout {
-            rollout_id: rollout_id.to_string(),
-            to_revision: to_revision.to_string(),
+            rollout_id: rollout_id.clone(),
+            to_revision: to_revision.clone(),
             to_revision_verified: verified,
             steps,
             gates,
@@ -278,7 +278,7 @@ impl ControlPlane {
         meta: &Meta,
     ) -> Result<Vec<Recorded>, CpError> {
         let r = self.rollout(rollout_id).await?;
-        let rollout_id = rollout_id.to_string();
+        let rollout_id = rollout_id.clone();
         let cmd = match action {
             RolloutAction::Advance(figures) => DeploymentCommand::AdvanceRollout {
                 rollout_id,
@@ -308,8 +308,8 @@ impl ControlPlane {
         let revision_registered = self.revision_known(deployment_id, revision_id).await;
         let stream_id = format!("{deployment_id}/{revision_id}/{workload}");
         let cmd = CapacityProfileCommand::Record {
-            deployment_id: deployment_id.to_string(),
-            revision_id: revision_id.to_string(),
+            deployment_id: deployment_id.clone(),
+            revision_id: revision_id.clone(),
             workload: workload.to_owned(),
             envelope,
             revision_registered,

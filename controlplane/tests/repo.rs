@@ -41,14 +41,14 @@ fn create() -> DeploymentCommand {
 
 fn set_serving(revision: &str) -> DeploymentCommand {
     DeploymentCommand::SetServingRevision {
-        revision_id: revision.into(),
+        revision_id: revision.parse().unwrap(),
         verified: true,
     }
 }
 
 fn start(rollout: &str) -> DeploymentCommand {
     DeploymentCommand::StartRollout {
-        rollout_id: rollout.into(),
+        rollout_id: rollout.parse().unwrap(),
         to_revision: "b".parse().unwrap(),
         to_revision_verified: true,
         steps: vec![10, 50, 100],

@@ -12,12 +12,13 @@
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use stoker_controlplane::projection::{CapacityProfileView, Views};
+use stoker_schemas::ids::{DeploymentId, RevisionId};
 
 /// A profile's figures as admission uses them.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct EnvelopeLimits {
-    pub deployment_id: String,
-    pub revision_id: String,
+    pub deployment_id: DeploymentId,
+    pub revision_id: RevisionId,
     pub workload: String,
     pub recorded_at: DateTime<Utc>,
     pub recorded_by: String,
@@ -40,8 +41,8 @@ impl From<&CapacityProfileView> for EnvelopeLimits {
     fn from(p: &CapacityProfileView) -> Self {
         let e = &p.envelope;
         EnvelopeLimits {
-            deployment_id: p.deployment_id.to_string(),
-            revision_id: p.revision_id.to_string(),
+            deployment_id: p.deployment_id.clone(),
+            revision_id: p.revision_id.clone(),
             workload: p.workload.clone(),
             recorded_at: p.recorded_at,
             recorded_by: p.recorded_by.clone(),
@@ -63,8 +64,8 @@ impl EnvelopeLimits {
     /// A profile with plausible figures, for tests to adjust.
     pub(crate) fn for_test() -> Self {
         EnvelopeLimits {
-            deployment_id: "d".into(),
-            revision_id: "r".into(),
+            deployment_id: "d".parse().unwrap(),
+            revision_id: "r".parse().unwrap(),
             workload: "chat".into(),
             recorded_at: Utc::now(),
             recorded_by: "bench".into(),

@@ -248,18 +248,26 @@ pub async fn register_executor(state: &AppState, c: &Control) -> anyhow::Result<
         .await?;
     }
     let primary = state.served().context("the primary model is not loaded")?;
-    let revision_id =
+    let registered =
         c.cp.views()
             .await
             .revisions_of(&c.deployment_id)
             .find(|r| r.model_sha256 == primary.provenance.sha256)
-            .map(|r| r.revision_id.to_string())
-            .unwrap_or_else(|| primary.provenance.revision.clone());
+            .map(|r| r.revision_id.clone());
+    let revision_id: RevisionId = match registered {
+        Some(r) => r,
+        None => primary.provenance.revision.parse().with_context(|| {
+            format!(
+                "the served model's revision {:?} is not a valid revision id",
+                primary.provenance.revision
+            )
+        })?,
+    };
     c.cp.executor_command(
         &id,
         ExecutorCommand::Register {
-            executor_id: id.to_string(),
-            deployment_id: c.deployment_id.to_string(),
+            executor_id: id.clone(),
+            deployment_id: c.deployment_id.clone(),
             revision_id,
         },
         &meta(SYSTEM_ACTOR, Some("stoker serve started".into())),

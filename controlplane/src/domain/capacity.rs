@@ -6,14 +6,15 @@
 //! so a regression between two measurements can be seen in the audit trail.
 
 use stoker_schemas::events::{CapacityEnvelope, CapacityProfileEvent, CapacityProfileRecorded};
+use stoker_schemas::ids::{DeploymentId, RevisionId};
 
-use super::{Aggregate, DomainError, Meta, check_id, parse_id};
+use super::{Aggregate, DomainError, Meta, check_id};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum CapacityProfileCommand {
     Record {
-        deployment_id: String,
-        revision_id: String,
+        deployment_id: DeploymentId,
+        revision_id: RevisionId,
         workload: String,
         envelope: CapacityEnvelope,
         /// The revision is registered with a verified artifact (looked up by the caller).
@@ -57,8 +58,6 @@ impl Aggregate for CapacityProfile {
             revision_registered,
         } = cmd;
         check_id("workload", &workload)?;
-        let deployment_id = parse_id(deployment_id)?;
-        let revision_id = parse_id(revision_id)?;
         if !revision_registered {
             return Err(DomainError::RevisionNotVerified {
                 deployment_id,

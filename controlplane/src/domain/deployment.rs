@@ -16,12 +16,12 @@ use stoker_schemas::events::{
 use stoker_schemas::ids::{DeploymentId, RevisionId, RolloutId};
 
 use super::rollout::{self, FinishedRollout, RolloutOutcome, RolloutState};
-use super::{Aggregate, DomainError, Meta, parse_id};
+use super::{Aggregate, DomainError, Meta};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum DeploymentCommand {
     Create {
-        deployment_id: String,
+        deployment_id: DeploymentId,
         limits: DeploymentLimits,
     },
     ChangeLimits {
@@ -30,35 +30,35 @@ pub enum DeploymentCommand {
     /// Retires the deployment for good; no reason is needed.
     Retire,
     SetServingRevision {
-        revision_id: String,
+        revision_id: RevisionId,
         /// The revision is registered with a verified artifact (looked up by the caller).
         verified: bool,
     },
     StartRollout {
-        rollout_id: String,
-        to_revision: String,
+        rollout_id: RolloutId,
+        to_revision: RevisionId,
         /// `to_revision` is registered with a verified artifact (looked up by the caller).
         to_revision_verified: bool,
         steps: Vec<u8>,
         gates: SloGates,
     },
     AdvanceRollout {
-        rollout_id: String,
+        rollout_id: RolloutId,
         figures: Option<GateFigures>,
     },
     PauseRollout {
-        rollout_id: String,
+        rollout_id: RolloutId,
     },
     ResumeRollout {
-        rollout_id: String,
+        rollout_id: RolloutId,
     },
     /// Returns all traffic to the serving revision; needs a reason.
     RollBack {
-        rollout_id: String,
+        rollout_id: RolloutId,
         figures: Option<GateFigures>,
     },
     CompleteRollout {
-        rollout_id: String,
+        rollout_id: RolloutId,
     },
 }
 
@@ -122,8 +122,11 @@ impl Deployment {
     }
 
     /// The active rollout if `rollout_id` names it.
-    fn rollout(&self, id: &DeploymentId, rollout_id: String) -> Result<&RolloutState, DomainError> {
-        let rollout_id: RolloutId = parse_id(rollout_id)?;
+    fn rollout(
+        &self,
+        id: &DeploymentId,
+        rollout_id: RolloutId,
+    ) -> Result<&RolloutState, DomainError> {
         match &self.active_rollout {
             Some(r) if r.rollout_id == rollout_id => Ok(r),
             _ => Err(DomainError::RolloutNotActive {
@@ -146,14 +149,12 @@ impl Deployment {
     fn start_rollout(
         &self,
         id: &DeploymentId,
-        rollout_id: String,
-        to_revision: String,
+        rollout_id: RolloutId,
+        to_revision: RevisionId,
         to_revision_verified: bool,
         steps: Vec<u8>,
         gates: SloGates,
     ) -> Result<DeploymentEvent, DomainError> {
-        let rollout_id: RolloutId = parse_id(rollout_id)?;
-        let to_revision: RevisionId = parse_id(to_revision)?;
         if let Some(active) = &self.active_rollout {
             return Err(DomainError::RolloutAlreadyActive {
                 deployment_id: id.clone(),
@@ -240,10 +241,9 @@ impl Aggregate for Deployment {
             if self.exists() {
                 return Err(DomainError::AlreadyExists {
                     kind: "deployment",
-                    id: deployment_id,
+                    id: deployment_id.into_string(),
                 });
             }
-            let deployment_id = parse_id(deployment_id)?;
             check_limits(&limits)?;
             return Ok(vec![
                 DeploymentCreated {
@@ -275,7 +275,6 @@ impl Aggregate for Deployment {
                 verified,
             } => {
                 self.no_active_rollout(id)?;
-                let revision_id = parse_id(revision_id)?;
                 if !verified {
                     return Err(DomainError::RevisionNotVerified {
                         deployment_id,

@@ -19,14 +19,14 @@ use stoker_schemas::events::{
 };
 use stoker_schemas::ids::{DeploymentId, ExecutorId, RevisionId};
 
-use super::{Aggregate, DomainError, Meta, parse_id};
+use super::{Aggregate, DomainError, Meta};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum ExecutorCommand {
     Register {
-        executor_id: String,
-        deployment_id: String,
-        revision_id: String,
+        executor_id: ExecutorId,
+        deployment_id: DeploymentId,
+        revision_id: RevisionId,
     },
     /// Stops new work; needs a reason.
     Drain,
@@ -122,14 +122,12 @@ impl Aggregate for Executor {
                 revision_id,
             } => match self.status {
                 S::Active | S::Draining => {
-                    return Err(DomainError::AlreadyRegistered {
-                        executor_id: parse_id(executor_id)?,
-                    });
+                    return Err(DomainError::AlreadyRegistered { executor_id });
                 }
                 S::Unregistered | S::Drained | S::Lost => ExecutorRegistered {
-                    executor_id: parse_id(executor_id)?,
-                    deployment_id: parse_id(deployment_id)?,
-                    revision_id: parse_id(revision_id)?,
+                    executor_id,
+                    deployment_id,
+                    revision_id,
                 }
                 .into(),
             },

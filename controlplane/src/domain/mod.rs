@@ -32,7 +32,6 @@ pub use rollout::{FinishedRollout, RolloutOutcome, RolloutState};
 pub use tenant::{MAX_KEYS_PER_TENANT, Tenant, TenantCommand, check_quota};
 
 use stoker_schemas::events::EventPayload;
-use stoker_schemas::ids::IdError;
 
 use crate::store::Actor;
 
@@ -103,7 +102,7 @@ pub trait Aggregate: Default + Clone + Send + Sync {
 /// separator nor need escaping in URLs.
 pub(crate) fn check_id(kind: &'static str, id: &str) -> Result<(), DomainError> {
     // Deployment, revision and rollout ids are newtypes with this rule in their
-    // constructor (`parse_id`); workloads are still checked here.
+    // constructor, parsed before a command is built; workloads are checked here.
     let detail = if id.is_empty() {
         "it is empty".to_owned()
     } else if id.chars().count() > 64 {
@@ -123,18 +122,5 @@ pub(crate) fn check_id(kind: &'static str, id: &str) -> Result<(), DomainError> 
         kind,
         id: id.to_owned(),
         detail,
-    })
-}
-
-/// Parses an id from a command into its newtype; a malformed one is refused
-/// as [`DomainError::InvalidId`], the same refusal [`check_id`] gives.
-pub(crate) fn parse_id<T>(id: String) -> Result<T, DomainError>
-where
-    T: TryFrom<String, Error = IdError>,
-{
-    T::try_from(id.clone()).map_err(|e: IdError| DomainError::InvalidId {
-        kind: e.kind,
-        id,
-        detail: e.reason.to_string(),
     })
 }

@@ -9,7 +9,7 @@
 use stoker_schemas::events::{RevisionEvent, RevisionRegistered};
 use stoker_schemas::ids::{DeploymentId, RevisionId};
 
-use super::{Aggregate, DomainError, Meta, parse_id};
+use super::{Aggregate, DomainError, Meta};
 
 /// What the service layer found at `model_uri` before registering.
 #[derive(Clone, Debug, PartialEq)]
@@ -26,8 +26,8 @@ pub enum ArtifactCheck {
 #[derive(Clone, Debug, PartialEq)]
 pub enum RevisionCommand {
     Register {
-        deployment_id: String,
-        revision_id: String,
+        deployment_id: DeploymentId,
+        revision_id: RevisionId,
         model_uri: String,
         model_sha256: String,
         tokenizer_hash: String,
@@ -85,8 +85,8 @@ impl Aggregate for Revision {
         _meta: &Meta,
     ) -> Result<Vec<RevisionEvent>, DomainError> {
         let RevisionCommand::Register {
-            deployment_id,
-            revision_id,
+            deployment_id: deployment,
+            revision_id: revision,
             model_uri,
             model_sha256,
             tokenizer_hash,
@@ -100,17 +100,15 @@ impl Aggregate for Revision {
         if self.registered.is_some() {
             return Err(DomainError::AlreadyExists {
                 kind: "revision",
-                id: revision_id,
+                id: revision.into_string(),
             });
         }
-        let revision: RevisionId = parse_id(revision_id)?;
         if !deployment_exists {
             return Err(DomainError::NotFound {
                 kind: "deployment",
-                id: deployment_id,
+                id: deployment.into_string(),
             });
         }
-        let deployment: DeploymentId = parse_id(deployment_id)?;
         let actual = match artifact {
             ArtifactCheck::Verified { sha256 } => sha256,
             ArtifactCheck::Absent => {

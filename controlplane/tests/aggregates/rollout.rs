@@ -11,8 +11,8 @@ use super::given::*;
 
 fn start(rollout: &str, to: &str, steps: &[u8]) -> C {
     C::StartRollout {
-        rollout_id: rollout.into(),
-        to_revision: to.into(),
+        rollout_id: rollout.parse().unwrap(),
+        to_revision: to.parse().unwrap(),
         to_revision_verified: true,
         steps: steps.to_vec(),
         gates: gates(),
@@ -21,33 +21,33 @@ fn start(rollout: &str, to: &str, steps: &[u8]) -> C {
 
 fn advance(rollout: &str) -> C {
     C::AdvanceRollout {
-        rollout_id: rollout.into(),
+        rollout_id: rollout.parse().unwrap(),
         figures: None,
     }
 }
 
 fn pause(rollout: &str) -> C {
     C::PauseRollout {
-        rollout_id: rollout.into(),
+        rollout_id: rollout.parse().unwrap(),
     }
 }
 
 fn resume(rollout: &str) -> C {
     C::ResumeRollout {
-        rollout_id: rollout.into(),
+        rollout_id: rollout.parse().unwrap(),
     }
 }
 
 fn roll_back(rollout: &str) -> C {
     C::RollBack {
-        rollout_id: rollout.into(),
+        rollout_id: rollout.parse().unwrap(),
         figures: None,
     }
 }
 
 fn complete(rollout: &str) -> C {
     C::CompleteRollout {
-        rollout_id: rollout.into(),
+        rollout_id: rollout.parse().unwrap(),
     }
 }
 
