@@ -12,6 +12,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use stoker_api::config::{Config, Overrides};
 use stoker_api::state::Role;
+use stoker_schemas::ids::ExecutorId;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -99,7 +100,7 @@ struct DistributedArgs {
     /// This process's name (in leases, request ids and provenance); defaults
     /// to the role, the host name and the process id.
     #[arg(long)]
-    id: Option<String>,
+    id: Option<ExecutorId>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -253,12 +254,7 @@ fn distributed(
     } else {
         "api"
     };
-    config.executor_id = args.id.unwrap_or_else(|| {
-        let host = std::fs::read_to_string("/etc/hostname")
-            .map(|h| h.trim().to_string())
-            .unwrap_or_else(|_| "host".into());
-        format!("{name}-{host}-{}", std::process::id())
-    });
+    config.executor_id = args.id.unwrap_or_else(|| default_executor_id(name));
     if let Some((deployment, revision)) = executor {
         if let Some(d) = deployment {
             config.control.deployment = d;
@@ -268,6 +264,30 @@ fn distributed(
         }
     }
     run_server(config, role)
+}
+
+/// `{role}-{host}-{pid}`, with what an id may not hold in the host name
+/// replaced by `-`.
+fn default_executor_id(role: &str) -> ExecutorId {
+    let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+    let host: String = host
+        .trim()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(64)
+        .collect();
+    let host = if host.is_empty() { "host" } else { &host };
+    format!("{role}-{host}-{}", std::process::id())
+        .parse()
+        .expect(
+            "a role, a host name of at most 64 allowed characters and a pid form an executor id",
+        )
 }
 
 fn serve(args: ServeArgs) -> ExitCode {

@@ -166,7 +166,7 @@ impl AppState {
         let served = Arc::new(Served::new(
             backend,
             &self.model_id,
-            &self.config.executor_id,
+            self.config.executor_id.as_str(),
             &self.config.limits,
             self.served.get().map(|p| p.metrics.clone()),
             unix_now(),

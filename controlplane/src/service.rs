@@ -65,9 +65,9 @@ pub struct RevisionSpec {
 /// Where one request goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RouteDecision {
-    pub deployment_id: String,
-    pub revision_id: String,
-    pub rollout_id: Option<String>,
+    pub deployment_id: DeploymentId,
+    pub revision_id: RevisionId,
+    pub rollout_id: Option<RolloutId>,
 }
 
 /// Why a request could not be routed.
@@ -353,12 +353,12 @@ pub fn route_in(v: &Views, deployment_id: &str, key: &str) -> Result<RouteDecisi
     }
     let serving = d
         .serving_revision
-        .as_deref()
+        .as_ref()
         .ok_or(RouteError::NoServingRevision)?;
     let rollout = v.active_rollout(deployment_id);
     let chosen = routing::route(
         deployment_id,
-        serving,
+        serving.as_str(),
         rollout.map(|r| RolloutRoute {
             rollout_id: &r.rollout_id,
             to_revision: &r.to_revision,
@@ -366,10 +366,14 @@ pub fn route_in(v: &Views, deployment_id: &str, key: &str) -> Result<RouteDecisi
         }),
         key,
     );
+    let revision_id = match rollout {
+        Some(r) if chosen == r.to_revision.as_str() => r.to_revision.clone(),
+        _ => serving.clone(),
+    };
     Ok(RouteDecision {
-        deployment_id: deployment_id.to_owned(),
-        revision_id: chosen.to_owned(),
-        rollout_id: rollout.map(|r| r.rollout_id.to_string()),
+        deployment_id: d.deployment_id.clone(),
+        revision_id,
+        rollout_id: rollout.map(|r| r.rollout_id.clone()),
     })
 }
 

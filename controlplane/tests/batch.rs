@@ -135,7 +135,7 @@ async fn submit(b: &Batches, rows: usize) -> BatchId {
             "acme",
             "alice",
             CreateBatch {
-                input_file_id: f.id.to_string(),
+                input_file_id: f.id.clone(),
                 endpoint: "/v1/completions".into(),
                 completion_window: "24h".into(),
                 metadata: BTreeMap::new(),
@@ -445,7 +445,7 @@ async fn the_backlog_has_a_ceiling() {
         .await
         .unwrap();
     let req = CreateBatch {
-        input_file_id: f.id.to_string(),
+        input_file_id: f.id.clone(),
         endpoint: "/v1/completions".into(),
         completion_window: "24h".into(),
         metadata: BTreeMap::new(),
@@ -465,7 +465,7 @@ async fn the_backlog_has_a_ceiling() {
             "acme",
             "alice",
             CreateBatch {
-                input_file_id: big.id.to_string(),
+                input_file_id: big.id.clone(),
                 ..req.clone()
             },
         )

@@ -120,7 +120,7 @@ async fn connect(state: &AppState) -> anyhow::Result<Kafka> {
 
 async fn acquire(state: &AppState, kind: LeaseKind, count: i32) -> anyhow::Result<Lease> {
     let c = state.control().context("the control plane is not open")?;
-    let holder = state.config.executor_id.clone();
+    let holder = state.config.executor_id.to_string();
     Lease::acquire(&c.cp.store().db(), kind, count, &holder, lease_ttl(state))
         .await
         .with_context(|| format!("leasing a {} partition", kind.as_str()))
@@ -140,7 +140,7 @@ async fn load_api(state: &AppState) -> anyhow::Result<LeaseHold> {
     let mode = state.config.load_options()?.weights;
     let template = state.config.chat_template_override();
     let timeout = Duration::from_millis(state.config.kafka.executor_timeout_ms.max(100));
-    let instance = state.config.executor_id.clone();
+    let instance = state.config.executor_id.to_string();
     let reply_timeout = Duration::from_millis(state.config.kafka.reply_timeout_ms.max(1000));
     let rt = tokio::runtime::Handle::current();
     let backend = tokio::task::spawn_blocking(move || -> anyhow::Result<RemoteBackend> {
@@ -221,7 +221,7 @@ fn spawn_drain_watch(state: AppState) {
                     .views()
                     .await
                     .executors
-                    .get(&state.config.executor_id)
+                    .get(state.config.executor_id.as_str())
                     .map(|e| e.status);
             if status == Some(ExecutorStatus::Draining) {
                 tracing::info!("a drain was recorded for this executor");

@@ -10,6 +10,7 @@
 use serde::Serialize;
 use serde_json::{Value, json};
 use stoker_schemas::events::CapacityEnvelope;
+use stoker_schemas::ids::{DeploymentId, RevisionId};
 
 use super::spec::{Arrival, Workload};
 use super::stats::Summary;
@@ -17,8 +18,8 @@ use super::stats::Summary;
 /// What was recorded.
 #[derive(Clone, Debug, Serialize)]
 pub struct Recorded {
-    pub deployment_id: String,
-    pub revision_id: String,
+    pub deployment_id: DeploymentId,
+    pub revision_id: RevisionId,
     pub workload: String,
     pub envelope: CapacityEnvelope,
 }
@@ -83,6 +84,12 @@ pub async fn record(
             "the server did not name the revision that answered (no x-stoker-revision \
              header); give it with --revision",
         )?;
+    let deployment: DeploymentId = deployment
+        .parse()
+        .map_err(|e| format!("--record-profile {deployment:?}: {e}"))?;
+    let revision: RevisionId = revision
+        .parse()
+        .map_err(|e| format!("the revision {revision:?}: {e}"))?;
     let envelope = envelope(knee, arrival)?;
     let body = json!({
         "deployment_id": deployment,
@@ -119,7 +126,7 @@ pub async fn record(
         return Err(format!("recording the profile: HTTP {status}: {msg}"));
     }
     Ok(Recorded {
-        deployment_id: deployment.to_owned(),
+        deployment_id: deployment,
         revision_id: revision,
         workload: w.name.clone(),
         envelope,

@@ -11,6 +11,7 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 use stoker_controlplane::transport::{SlotsError, Topics, TransportLayout};
+use stoker_schemas::ids::ExecutorId;
 
 use crate::auth::ApiKeyConfig;
 
@@ -43,7 +44,7 @@ pub struct Config {
     /// On SIGTERM, how long in-flight requests may run before they are ended.
     pub shutdown_timeout_secs: u64,
     /// Name of this executor in provenance headers.
-    pub executor_id: String,
+    pub executor_id: ExecutorId,
     /// `text` or `json`.
     pub log_format: String,
     pub limits: LimitsConfig,
@@ -372,7 +373,7 @@ impl Default for Config {
             data_dir: PathBuf::from("data"),
             insecure: false,
             shutdown_timeout_secs: 30,
-            executor_id: "embedded-0".into(),
+            executor_id: "embedded-0".parse().expect("a valid executor id"),
             log_format: "text".into(),
             limits: LimitsConfig::default(),
             engine: EngineSection::default(),

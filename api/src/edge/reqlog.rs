@@ -16,16 +16,19 @@ use stoker_controlplane::requestlog::{RequestLog, RequestRecord};
 use stoker_executor::Lane;
 use stoker_executor::engine::{Timings, Usage};
 use stoker_schemas::codes::ErrorCode;
+use stoker_schemas::ids::{DeploymentId, RequestId, RolloutId};
 
 use crate::edge::routing::Target;
 
 #[derive(Debug, Default)]
 struct Facts {
     tenant: String,
-    deployment_id: String,
-    revision_id: Option<String>,
-    executor_id: Option<String>,
-    rollout_id: Option<String>,
+    /// `None` until the request is routed.
+    deployment_id: Option<DeploymentId>,
+    /// The served revision and executor, as the provenance headers name them.
+    revision: Option<String>,
+    executor: Option<String>,
+    rollout_id: Option<RolloutId>,
     lane: Option<Lane>,
     prompt_tokens: u32,
     completion_tokens: u32,
@@ -43,7 +46,7 @@ struct Facts {
 /// The request's row in the making; cheap to clone.
 #[derive(Clone, Debug)]
 pub struct LogSlot {
-    pub request_id: String,
+    pub request_id: RequestId,
     endpoint: &'static str,
     received_at: DateTime<Utc>,
     received: Instant,
@@ -55,7 +58,7 @@ fn ms(d: std::time::Duration) -> f64 {
 }
 
 impl LogSlot {
-    pub fn new(request_id: String, endpoint: &'static str) -> Self {
+    pub fn new(request_id: RequestId, endpoint: &'static str) -> Self {
         LogSlot {
             request_id,
             endpoint,
@@ -76,9 +79,9 @@ impl LogSlot {
 
     pub fn routed(&self, t: &Target) {
         self.with(|f| {
-            f.deployment_id = t.deployment_id.clone();
-            f.revision_id = Some(t.provenance.revision.clone());
-            f.executor_id = Some(t.provenance.executor.clone());
+            f.deployment_id = Some(t.deployment_id.clone());
+            f.revision = Some(t.provenance.revision.clone());
+            f.executor = Some(t.provenance.executor.clone());
             f.rollout_id = t.rollout_id.clone();
         });
     }
@@ -136,17 +139,21 @@ impl LogSlot {
             }
             f.written = true;
             Some(RequestRecord {
-                request_id: self.request_id.clone(),
+                request_id: self.request_id.to_string(),
                 tenant: f.tenant.clone(),
-                deployment_id: f.deployment_id.clone(),
-                revision_id: f.revision_id.clone(),
-                executor_id: f.executor_id.clone(),
+                deployment_id: f
+                    .deployment_id
+                    .as_ref()
+                    .map(DeploymentId::to_string)
+                    .unwrap_or_default(),
+                revision_id: f.revision.clone(),
+                executor_id: f.executor.clone(),
                 lane: f
                     .lane
                     .map(crate::metrics::lane_name)
                     .unwrap_or("interactive")
                     .to_owned(),
-                rollout_id: f.rollout_id.clone(),
+                rollout_id: f.rollout_id.as_ref().map(RolloutId::to_string),
                 endpoint: self.endpoint.to_owned(),
                 status_code: status,
                 finish_reason: f.finish_reason.clone(),

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use stoker_controlplane::projection::Views;
 use stoker_controlplane::service::{RouteError, route_in};
 use stoker_executor::RequestLimits;
+use stoker_schemas::ids::{DeploymentId, RolloutId};
 
 use crate::backend::{Provenance, Served};
 use crate::error::ApiError;
@@ -20,8 +21,8 @@ pub struct Target {
     pub served: Arc<Served>,
     pub provenance: Provenance,
     pub limits: RequestLimits,
-    pub deployment_id: String,
-    pub rollout_id: Option<String>,
+    pub deployment_id: DeploymentId,
+    pub rollout_id: Option<RolloutId>,
 }
 
 fn clamp(model: usize, deployment: u32) -> usize {
@@ -83,13 +84,13 @@ pub async fn target(state: &AppState, model: &str, key: &str) -> Result<Target, 
     let provenance = Provenance::of_revision(
         &served.provenance,
         dep.to_owned(),
-        decision.revision_id.clone(),
+        decision.revision_id.to_string(),
     );
     Ok(Target {
         served,
         provenance,
         limits,
-        deployment_id: dep.to_owned(),
+        deployment_id: decision.deployment_id,
         rollout_id: decision.rollout_id,
     })
 }

@@ -51,7 +51,7 @@ async fn run(state: AppState, row: RowRequest) -> RowOutcome {
     } else {
         "/v1/chat/completions"
     };
-    let slot = LogSlot::new(request_id.to_string(), endpoint);
+    let slot = LogSlot::new(request_id.clone(), endpoint);
     slot.tenant(&row.tenant);
     let result = answer(&state, &row, &slot).await;
     let status = match &result {

@@ -9,7 +9,7 @@ use anyhow::Context;
 use stoker_controlplane::domain::{ArtifactCheck, ExecutorCommand};
 use stoker_controlplane::projection::{ExecutorStatus, RevisionView, Views};
 use stoker_controlplane::service::{RevisionSpec, meta};
-use stoker_schemas::ids::{DeploymentId, ExecutorId, RevisionId};
+use stoker_schemas::ids::{DeploymentId, RevisionId};
 
 use crate::backend::{Served, default_revision_id};
 use crate::control::{Control, SYSTEM_ACTOR, default_limits, file_uri, path_of, runtime_version};
@@ -217,16 +217,10 @@ fn revision_id(
         .with_context(|| format!("revision id {id:?} (control.revision)"))
 }
 
-/// This process's executor id, from `executor_id` in its config.
-fn executor_id(state: &AppState) -> anyhow::Result<ExecutorId> {
-    let id = &state.config.executor_id;
-    id.parse().with_context(|| format!("executor_id {id:?}"))
-}
-
 /// Records this process's executor as registered. A previous life that never
 /// recorded `drained` (a crash, a kill) is recorded as lost first.
 pub async fn register_executor(state: &AppState, c: &Control) -> anyhow::Result<()> {
-    let id = executor_id(state)?;
+    let id = state.config.executor_id.clone();
     let status =
         c.cp.views()
             .await
@@ -279,10 +273,7 @@ pub async fn register_executor(state: &AppState, c: &Control) -> anyhow::Result<
 /// After a drain finished: records `drained` when an operator asked for it
 /// (the executor is `draining`); a plain SIGTERM drains and records it too.
 pub async fn record_drained(state: &AppState, c: &Control) {
-    let Ok(id) = executor_id(state) else {
-        // It could not have registered either.
-        return;
-    };
+    let id = state.config.executor_id.clone();
     let status =
         c.cp.views()
             .await

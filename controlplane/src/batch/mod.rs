@@ -21,6 +21,7 @@ pub use service::{BatchSettings, Batches, CreateBatch, Listed, batch_id, file_id
 pub use storage::{Storage, StorageError};
 
 use crate::service::CpError;
+use stoker_schemas::ids::{BatchId, FileId};
 
 /// The actor of the batch worker's events. Here rather than in `worker` because
 /// `service` records events as the worker too, and `worker` builds on `service`.
@@ -49,12 +50,12 @@ pub enum BatchError {
         retry_after_secs: u64,
     },
     #[error("file {file_id:?} is the input of batch {batch_id:?}, which has not ended")]
-    InUse { file_id: String, batch_id: String },
+    InUse { file_id: FileId, batch_id: BatchId },
     #[error(
         "shard {shard_no} of batch {batch_id:?} was claimed by a newer runner than epoch {epoch}"
     )]
     Fenced {
-        batch_id: String,
+        batch_id: BatchId,
         shard_no: u64,
         epoch: u64,
     },
@@ -76,22 +77,6 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// The query text for SQLite: `$N` placeholders become `?N`, which SQLite
-/// binds by number wherever they appear (a bare `$N` would be a named
-/// parameter numbered by first appearance).
-pub(crate) fn sqlite_sql(q: &str) -> String {
-    let mut out = String::with_capacity(q.len());
-    let mut chars = q.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == '$' && chars.peek().is_some_and(char::is_ascii_digit) {
-            out.push('?');
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// Runs one query body on whichever pool `db` holds, with `$N` placeholders
 /// rewritten for SQLite.
 macro_rules! on_db {
@@ -102,7 +87,7 @@ macro_rules! on_db {
                 $body
             }
             $crate::store::Db::Sqlite($pool) => {
-                let text = $crate::batch::sqlite_sql($sql);
+                let text = $crate::store::sqlite_sql($sql);
                 let $q: &str = &text;
                 $body
             }
@@ -110,14 +95,3 @@ macro_rules! on_db {
     };
 }
 pub(crate) use on_db;
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn placeholders_become_numbered_for_sqlite() {
-        assert_eq!(
-            super::sqlite_sql("SET a = $3 WHERE b = $1 AND c = $12 AND d = '$x'"),
-            "SET a = ?3 WHERE b = ?1 AND c = ?12 AND d = '$x'"
-        );
-    }
-}

@@ -32,7 +32,7 @@ pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 /// One row, as the online endpoint would receive it.
 #[derive(Clone, Debug)]
 pub struct RowRequest {
-    pub batch_id: String,
+    pub batch_id: BatchId,
     pub tenant: String,
     /// `/v1/chat/completions` or `/v1/completions`.
     pub endpoint: String,
@@ -260,7 +260,7 @@ pub async fn run_shard(
         .take_while(move |_| futures_util::future::ready(*gate.borrow() == Stop::Run))
         .map(|(i, line)| {
             let row = RowRequest {
-                batch_id: batch.batch_id.to_string(),
+                batch_id: batch.batch_id.clone(),
                 tenant: batch.tenant.clone(),
                 endpoint: batch.endpoint.clone(),
                 custom_id: line.custom_id,

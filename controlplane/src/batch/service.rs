@@ -65,7 +65,9 @@ impl Default for BatchSettings {
 /// `POST /v1/batches`, checked by the caller for shape.
 #[derive(Clone, Debug)]
 pub struct CreateBatch {
-    pub input_file_id: String,
+    /// Parsed by the caller with [`file_id`], so a malformed id is refused
+    /// like an unknown one.
+    pub input_file_id: FileId,
     pub endpoint: String,
     pub completion_window: String,
     pub metadata: BTreeMap<String, String>,
@@ -230,8 +232,8 @@ impl Batches {
                 .find(|b| &b.input_file_id == id && b.is_open())
             {
                 return Err(BatchError::InUse {
-                    file_id: id.to_string(),
-                    batch_id: b.batch_id.to_string(),
+                    file_id: id.clone(),
+                    batch_id: b.batch_id.clone(),
                 });
             }
         }
@@ -270,7 +272,7 @@ impl Batches {
                 ),
                 param: "completion_window",
             })?;
-        let file = self.file(tenant, &file_id(&req.input_file_id)?).await?;
+        let file = self.file(tenant, &req.input_file_id).await?;
         if file.purpose != "batch" {
             return Err(BatchError::Invalid {
                 message: format!(

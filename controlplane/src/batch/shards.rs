@@ -10,6 +10,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::store::Db;
+use stoker_schemas::ids::BatchId;
 
 use super::{BatchError, on_db};
 
@@ -24,7 +25,7 @@ pub struct Segment {
 /// One shard as stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Shard {
-    pub batch_id: String,
+    pub batch_id: BatchId,
     pub shard_no: u64,
     pub first_row: u64,
     pub end_row: u64,
@@ -61,8 +62,10 @@ const COLUMNS: &str = "batch_id, shard_no, first_row, end_row, epoch, owner, lea
 fn from_row(r: Row) -> Result<Shard, BatchError> {
     let segments = serde_json::from_str(&r.8)
         .map_err(|e| BatchError::Corrupt(format!("segments of shard {}/{}: {e}", r.0, r.1)))?;
+    let batch_id =
+        BatchId::new(r.0).map_err(|e| BatchError::Corrupt(format!("a shard's batch id: {e}")))?;
     Ok(Shard {
-        batch_id: r.0,
+        batch_id,
         shard_no: r.1 as u64,
         first_row: r.2 as u64,
         end_row: r.3 as u64,
@@ -168,7 +171,7 @@ pub struct Checkpoint<'a> {
 /// changes and the runner has been superseded ([`BatchError::Fenced`]).
 pub async fn commit(
     db: &Db,
-    batch_id: &str,
+    batch_id: &BatchId,
     shard_no: u64,
     epoch: u64,
     c: &Checkpoint<'_>,
@@ -181,7 +184,7 @@ pub async fn commit(
     let segments = serde_json::to_string(c.segments).expect("segments serialize");
     let n = on_db!(db, pool, q => {
         sqlx::query(q)
-            .bind(batch_id)
+            .bind(batch_id.as_str())
             .bind(shard_no as i64)
             .bind(epoch as i64)
             .bind(c.next_row as i64)
@@ -197,7 +200,7 @@ pub async fn commit(
     } with Q);
     if n == 0 {
         return Err(BatchError::Fenced {
-            batch_id: batch_id.to_owned(),
+            batch_id: batch_id.clone(),
             shard_no,
             epoch,
         });

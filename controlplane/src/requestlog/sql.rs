@@ -45,6 +45,32 @@ fn numbered(sql: &str) -> String {
     out
 }
 
+/// Binds one row's columns in [`COLUMNS`]' order; `$time` is the stamp as the
+/// backend stores it.
+macro_rules! push_row {
+    ($b:ident, $r:ident, $time:expr) => {
+        $b.push_bind(&$r.request_id)
+            .push_bind(&$r.tenant)
+            .push_bind(&$r.deployment_id)
+            .push_bind(&$r.revision_id)
+            .push_bind(&$r.executor_id)
+            .push_bind(&$r.lane)
+            .push_bind(&$r.rollout_id)
+            .push_bind(&$r.endpoint)
+            .push_bind(i32::from($r.status_code))
+            .push_bind(&$r.finish_reason)
+            .push_bind($r.error_code.map(ErrorCode::as_str))
+            .push_bind(i64::from($r.prompt_tokens))
+            .push_bind(i64::from($r.completion_tokens))
+            .push_bind($r.queue_ms)
+            .push_bind($r.prefill_ms)
+            .push_bind($r.ttft_ms)
+            .push_bind($r.decode_ms)
+            .push_bind($r.e2e_ms)
+            .push_bind($time)
+    };
+}
+
 /// Inserts `rows` in one transaction, ignoring request ids already stored.
 /// Returns the number of rows inserted.
 pub(crate) async fn insert(db: &Db, rows: &[RequestRecord]) -> Result<u64, sqlx::Error> {
@@ -57,25 +83,7 @@ pub(crate) async fn insert(db: &Db, rows: &[RequestRecord]) -> Result<u64, sqlx:
             for chunk in rows.chunks(CHUNK) {
                 let mut qb = QueryBuilder::<Postgres>::new(&head);
                 qb.push_values(chunk, |mut b, r| {
-                    b.push_bind(&r.request_id)
-                        .push_bind(&r.tenant)
-                        .push_bind(&r.deployment_id)
-                        .push_bind(&r.revision_id)
-                        .push_bind(&r.executor_id)
-                        .push_bind(&r.lane)
-                        .push_bind(&r.rollout_id)
-                        .push_bind(&r.endpoint)
-                        .push_bind(i32::from(r.status_code))
-                        .push_bind(&r.finish_reason)
-                        .push_bind(r.error_code.map(ErrorCode::as_str))
-                        .push_bind(i64::from(r.prompt_tokens))
-                        .push_bind(i64::from(r.completion_tokens))
-                        .push_bind(r.queue_ms)
-                        .push_bind(r.prefill_ms)
-                        .push_bind(r.ttft_ms)
-                        .push_bind(r.decode_ms)
-                        .push_bind(r.e2e_ms)
-                        .push_bind(stored_time(r.received_at));
+                    push_row!(b, r, stored_time(r.received_at));
                 });
                 qb.push(tail);
                 inserted += qb.build().execute(&mut *tx).await?.rows_affected();
@@ -89,25 +97,7 @@ pub(crate) async fn insert(db: &Db, rows: &[RequestRecord]) -> Result<u64, sqlx:
             for chunk in rows.chunks(CHUNK) {
                 let mut qb = QueryBuilder::<Sqlite>::new(&head);
                 qb.push_values(chunk, |mut b, r| {
-                    b.push_bind(&r.request_id)
-                        .push_bind(&r.tenant)
-                        .push_bind(&r.deployment_id)
-                        .push_bind(&r.revision_id)
-                        .push_bind(&r.executor_id)
-                        .push_bind(&r.lane)
-                        .push_bind(&r.rollout_id)
-                        .push_bind(&r.endpoint)
-                        .push_bind(i32::from(r.status_code))
-                        .push_bind(&r.finish_reason)
-                        .push_bind(r.error_code.map(ErrorCode::as_str))
-                        .push_bind(i64::from(r.prompt_tokens))
-                        .push_bind(i64::from(r.completion_tokens))
-                        .push_bind(r.queue_ms)
-                        .push_bind(r.prefill_ms)
-                        .push_bind(r.ttft_ms)
-                        .push_bind(r.decode_ms)
-                        .push_bind(r.e2e_ms)
-                        .push_bind(sqlite_time(r.received_at));
+                    push_row!(b, r, sqlite_time(r.received_at));
                 });
                 qb.push(tail);
                 inserted += qb.build().execute(&mut *tx).await?.rows_affected();

@@ -11,6 +11,7 @@ mod migrate;
 mod pg_batch;
 mod pg_version;
 mod postgres;
+mod reads;
 mod sqlite;
 mod time;
 mod types;
@@ -23,3 +24,5 @@ pub use types::{
     StreamId, StreamRef, StreamType,
 };
 pub use upcast::{UpcastFn, Upcasters};
+
+pub(crate) use reads::sqlite_sql;

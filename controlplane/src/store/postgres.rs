@@ -11,21 +11,15 @@
 
 use serde_json::Value;
 use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
-use sqlx::{Postgres, QueryBuilder, Row};
+use sqlx::{Postgres, Row};
 use tokio::sync::oneshot;
 
 use super::pg_batch;
 use super::pg_version::version;
+use super::reads::event_reads;
 use super::{
     Actor, AuditQuery, ExpectedVersion, NewEvent, Position, Recorded, StoreError, StreamRef,
 };
-
-const COLUMNS: &str = "position, stream_type, stream_id, seq, event_type, event_version, \
-                       payload, actor, reason, recorded_at";
-/// The first position recorded at or after a time (an O(log n) probe of the
-/// `(recorded_at, position)` index), or past the end when there is none.
-const FIRST_AT_OR_AFTER: &str = "COALESCE((SELECT position FROM events WHERE recorded_at >= ";
-const END: &str = " ORDER BY recorded_at, position LIMIT 1), 9223372036854775807)";
 
 #[derive(Clone, Debug)]
 pub(crate) struct PgStore {
@@ -83,62 +77,7 @@ impl PgStore {
         answer.await.map_err(|_| stopped())?
     }
 
-    pub async fn read_stream(&self, stream: &StreamRef) -> Result<Vec<Recorded>, StoreError> {
-        let sql = format!(
-            "SELECT {COLUMNS} FROM events WHERE stream_type = $1 AND stream_id = $2 ORDER BY seq"
-        );
-        let rows = sqlx::query(&sql)
-            .bind(stream.stream_type.as_str())
-            .bind(stream.stream_id.as_str())
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(decode).collect()
-    }
-
-    pub async fn read_all(&self, after: Position, limit: i64) -> Result<Vec<Recorded>, StoreError> {
-        let sql =
-            format!("SELECT {COLUMNS} FROM events WHERE position > $1 ORDER BY position LIMIT $2");
-        let rows = sqlx::query(&sql)
-            .bind(after.0)
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(decode).collect()
-    }
-
-    /// Returns up to `limit + 1` rows so the caller knows whether a next page exists.
-    pub async fn audit(&self, q: &AuditQuery, limit: i64) -> Result<Vec<Recorded>, StoreError> {
-        let mut qb = QueryBuilder::<Postgres>::new(format!(
-            "SELECT {COLUMNS} FROM events WHERE position > "
-        ));
-        qb.push_bind(q.after.unwrap_or(Position::START).0);
-        if let Some(d) = &q.deployment {
-            qb.push(" AND deployment_id = ").push_bind(d.as_str());
-        }
-        if let Some(t) = &q.event_type {
-            qb.push(" AND event_type = ").push_bind(t.as_str());
-        }
-        if let Some(a) = &q.actor {
-            qb.push(" AND actor = ").push_bind(a.as_str());
-        }
-        if let Some(from) = q.from {
-            qb.push(" AND recorded_at >= ").push_bind(from);
-            qb.push(" AND position >= ")
-                .push(FIRST_AT_OR_AFTER)
-                .push_bind(from)
-                .push(END);
-        }
-        if let Some(to) = q.to {
-            qb.push(" AND recorded_at < ").push_bind(to);
-            qb.push(" AND position < ")
-                .push(FIRST_AT_OR_AFTER)
-                .push_bind(to)
-                .push(END);
-        }
-        qb.push(" ORDER BY position LIMIT ").push_bind(limit + 1);
-        let rows = qb.build().fetch_all(&self.pool).await?;
-        rows.iter().map(decode).collect()
-    }
+    event_reads!(Postgres, sql = str::to_owned, time = std::convert::identity);
 }
 
 fn decode(r: &PgRow) -> Result<Recorded, StoreError> {

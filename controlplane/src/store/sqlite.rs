@@ -18,18 +18,13 @@ use sqlx::sqlite::{
 use sqlx::{QueryBuilder, Row, Sqlite};
 use tokio::sync::Mutex;
 
+use super::reads::event_reads;
 use super::time::{from_text, now_micros, to_text};
 use super::types::deployment_of;
 use super::{
     Actor, AuditQuery, ExpectedVersion, NewEvent, Position, Recorded, StoreError, StreamRef,
 };
 
-const COLUMNS: &str = "position, stream_type, stream_id, seq, event_type, event_version, \
-                       payload, actor, reason, recorded_at";
-/// The first position recorded at or after a time (an O(log n) probe of the
-/// `(recorded_at, position)` index), or past the end when there is none.
-const FIRST_AT_OR_AFTER: &str = "COALESCE((SELECT position FROM events WHERE recorded_at >= ";
-const END: &str = " ORDER BY recorded_at, position LIMIT 1), 9223372036854775807)";
 /// Rows per INSERT statement (10 binds each, below SQLite's 32766 bind limit).
 const CHUNK: usize = 500;
 
@@ -198,61 +193,7 @@ impl SqliteStore {
         Ok(out)
     }
 
-    pub async fn read_stream(&self, stream: &StreamRef) -> Result<Vec<Recorded>, StoreError> {
-        let sql = format!(
-            "SELECT {COLUMNS} FROM events WHERE stream_type = ? AND stream_id = ? ORDER BY seq"
-        );
-        let rows = sqlx::query(&sql)
-            .bind(stream.stream_type.as_str())
-            .bind(stream.stream_id.as_str())
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(decode).collect()
-    }
-
-    pub async fn read_all(&self, after: Position, limit: i64) -> Result<Vec<Recorded>, StoreError> {
-        let sql =
-            format!("SELECT {COLUMNS} FROM events WHERE position > ? ORDER BY position LIMIT ?");
-        let rows = sqlx::query(&sql)
-            .bind(after.0)
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(decode).collect()
-    }
-
-    /// Returns up to `limit + 1` rows so the caller knows whether a next page exists.
-    pub async fn audit(&self, q: &AuditQuery, limit: i64) -> Result<Vec<Recorded>, StoreError> {
-        let mut qb =
-            QueryBuilder::<Sqlite>::new(format!("SELECT {COLUMNS} FROM events WHERE position > "));
-        qb.push_bind(q.after.unwrap_or(Position::START).0);
-        if let Some(d) = &q.deployment {
-            qb.push(" AND deployment_id = ").push_bind(d.as_str());
-        }
-        if let Some(t) = &q.event_type {
-            qb.push(" AND event_type = ").push_bind(t.as_str());
-        }
-        if let Some(a) = &q.actor {
-            qb.push(" AND actor = ").push_bind(a.as_str());
-        }
-        if let Some(from) = q.from {
-            qb.push(" AND recorded_at >= ").push_bind(to_text(from));
-            qb.push(" AND position >= ")
-                .push(FIRST_AT_OR_AFTER)
-                .push_bind(to_text(from))
-                .push(END);
-        }
-        if let Some(to) = q.to {
-            qb.push(" AND recorded_at < ").push_bind(to_text(to));
-            qb.push(" AND position < ")
-                .push(FIRST_AT_OR_AFTER)
-                .push_bind(to_text(to))
-                .push(END);
-        }
-        qb.push(" ORDER BY position LIMIT ").push_bind(limit + 1);
-        let rows = qb.build().fetch_all(&self.pool).await?;
-        rows.iter().map(decode).collect()
-    }
+    event_reads!(Sqlite, sql = super::sqlite_sql, time = to_text);
 }
 
 async fn version<'e, E>(exec: E, stream: &StreamRef) -> Result<u64, StoreError>

@@ -62,7 +62,7 @@ pub struct JobServer {
 impl JobServer {
     /// Starts the job, control, capacity and lease loops for `lease`'s partition.
     pub fn spawn(state: AppState, kafka: Kafka, lease: Lease) -> anyhow::Result<Arc<JobServer>> {
-        let executor_id = ExecutorId::new(state.config.executor_id.clone())?;
+        let executor_id = state.config.executor_id.clone();
         let topics = kafka.topics().clone();
         let jobs = kafka.assign_from_end(
             &topics.interactive,

@@ -119,7 +119,7 @@ pub async fn create(
     let metadata = body.metadata.unwrap_or_default();
     check_metadata(&metadata)?;
     let req = CreateBatch {
-        input_file_id: body.input_file_id,
+        input_file_id: stoker_controlplane::batch::file_id(&body.input_file_id)?,
         endpoint: body.endpoint,
         completion_window: body.completion_window,
         metadata,
@@ -127,8 +127,7 @@ pub async fn create(
     let b = batches(&state)?;
     // The tenant's backlog quota, from its open batches and this file's
     // summary (rows and estimated tokens as validated at upload).
-    if let Ok(id) = stoker_controlplane::batch::file_id(&req.input_file_id)
-        && let Ok(f) = b.file(&principal.tenant, &id).await
+    if let Ok(f) = b.file(&principal.tenant, &req.input_file_id).await
         && let Some(c) = state.control()
     {
         let views = c.cp.projector().views().await;

@@ -84,7 +84,7 @@ async fn edge(State(state): State<AppState>, mut req: Request, next: Next) -> Re
         (&Method::POST, "/v1/completions") => Some("/v1/completions"),
         _ => None,
     };
-    let slot = endpoint.map(|e| LogSlot::new(request_id.to_string(), e));
+    let slot = endpoint.map(|e| LogSlot::new(request_id.clone(), e));
     if let Some(s) = &slot {
         req.extensions_mut().insert(s.clone());
     }

@@ -138,7 +138,7 @@ pub async fn retire(
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SetServing {
-    pub revision_id: String,
+    pub revision_id: RevisionId,
     #[serde(default)]
     pub reason: Option<String>,
 }
@@ -148,7 +148,7 @@ pub async fn set_serving(
     PathId(id): PathId<DeploymentId>,
     ApiJson(body): ApiJson<SetServing>,
 ) -> Result<Response, ApiError> {
-    let revision: RevisionId = body_id("revision_id", &body.revision_id)?;
+    let revision = body.revision_id;
     check_reason(&body.reason)?;
     let events = admin
         .cp()

@@ -11,7 +11,7 @@ use stoker_controlplane::store::{Actor, AuditQuery, Page, Position};
 use stoker_schemas::events::CapacityEnvelope;
 use stoker_schemas::ids::{DeploymentId, ExecutorId, RequestId, RevisionId};
 
-use super::{Admin, EventOut, ReasonBody, body_id, check_name, check_reason, written};
+use super::{Admin, EventOut, ReasonBody, check_name, check_reason, written};
 use crate::error::ApiError;
 use crate::http::extract::{ApiJson, ApiQuery, OptJson};
 use crate::http::path_id::PathId;
@@ -41,8 +41,8 @@ pub async fn list_profiles(admin: Admin, ApiQuery(f): ApiQuery<ProfileFilter>) -
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RecordProfile {
-    pub deployment_id: String,
-    pub revision_id: String,
+    pub deployment_id: DeploymentId,
+    pub revision_id: RevisionId,
     pub workload: String,
     pub envelope: CapacityEnvelope,
     #[serde(default)]
@@ -54,8 +54,7 @@ pub async fn record_profile(
     admin: Admin,
     ApiJson(b): ApiJson<RecordProfile>,
 ) -> Result<Response, ApiError> {
-    let deployment: DeploymentId = body_id("deployment_id", &b.deployment_id)?;
-    let revision: RevisionId = body_id("revision_id", &b.revision_id)?;
+    let (deployment, revision) = (b.deployment_id, b.revision_id);
     check_name("workload", &b.workload)?;
     check_reason(&b.reason)?;
     let events = admin

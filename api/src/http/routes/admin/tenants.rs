@@ -11,7 +11,7 @@ use stoker_schemas::codes::ErrorCode;
 use stoker_schemas::events::{KeyScope, TenantQuota};
 use stoker_schemas::ids::{KeyId, TenantId};
 
-use super::{Admin, body_id, check_reason, written};
+use super::{Admin, check_reason, written};
 use crate::edge::tenant_sync;
 use crate::error::ApiError;
 use crate::http::extract::{ApiJson, ApiQuery};
@@ -122,7 +122,7 @@ pub async fn get_one(
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateTenant {
-    pub tenant_id: String,
+    pub tenant_id: TenantId,
     #[serde(default)]
     pub display_name: Option<String>,
     #[serde(default)]
@@ -134,7 +134,7 @@ pub async fn create(
     admin: Admin,
     ApiJson(b): ApiJson<CreateTenant>,
 ) -> Result<Response, ApiError> {
-    let id: TenantId = body_id("tenant_id", &b.tenant_id)?;
+    let id = b.tenant_id;
     check_reason(&b.reason)?;
     let events = admin
         .cp()
@@ -229,7 +229,7 @@ pub async fn list_keys(admin: Admin, ApiQuery(f): ApiQuery<KeyFilter>) -> Respon
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IssueKey {
-    pub tenant_id: String,
+    pub tenant_id: TenantId,
     pub name: String,
     pub scopes: Vec<KeyScope>,
     #[serde(default)]
@@ -249,7 +249,7 @@ pub async fn issue(
     admin: Admin,
     ApiJson(b): ApiJson<IssueKey>,
 ) -> Result<Response, ApiError> {
-    let tenant: TenantId = body_id("tenant_id", &b.tenant_id)?;
+    let tenant = b.tenant_id;
     check_reason(&b.reason)?;
     if b.scopes.len() > 8 {
         return Err(ApiError::invalid(
