@@ -16,7 +16,11 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy -D warnings"
 cargo clippy --release --workspace --all-targets --locked -- -D warnings
-echo "== cargo build (the stoker binary the end-to-end tests start)"
-cargo build --release --locked -p stoker --bin stoker
+# The stoker binary the end-to-end tests start, built in one invocation with
+# the test binaries: features are then unified over the test-only
+# dependencies too (tokio's test-util, for one), so `cargo test` below reuses
+# every artifact instead of compiling tokio and all above it a second time.
+echo "== cargo build (the stoker binary the end-to-end tests start, and the tests)"
+cargo build --release --locked --workspace --bins --tests
 echo "== cargo test"
 cargo test --release --workspace --locked --no-fail-fast -- --test-threads="${STOKER_TEST_THREADS:-1}"
