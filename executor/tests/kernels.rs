@@ -1,6 +1,7 @@
 //! Tests of the quantized matrix-multiply kernels: accuracy against an f32 reference and
 //! against candle's `QMatMul`, bitwise batch invariance on both kernel paths and thread
-//! pool sizes, agreement of the AVX2 and scalar paths, and typed errors on hostile input.
+//! pool sizes, agreement of the AVX2 and scalar paths, every tiled format's output bits
+//! pinned per path (`kernels/pinned.rs`), and typed errors on hostile input.
 //!
 //! Real-model tests read `$STOKER_MODEL` or the default model under `models/`
 //! (`stoker_test_support::model_path`) and fail with the fix (run
@@ -8,6 +9,8 @@
 
 #[path = "kernels/block_formats.rs"]
 mod block_formats;
+#[path = "kernels/pinned.rs"]
+mod pinned;
 
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor, gguf_file};
 use candle_core::{Device, Module, Tensor};
