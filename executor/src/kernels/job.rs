@@ -8,6 +8,8 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use super::blocked::{self, BlockActs};
+#[cfg(target_arch = "x86_64")]
+use super::driver;
 use super::q8k::Q8KBlock;
 use super::quant::{Q8Block, QK};
 use super::{
@@ -120,16 +122,16 @@ impl Job<'_> {
                         q8_0::run_avx2(tiles, nb, acts, groups, act_rows, sink)
                     }
                     Work::Q4_0 { tiles, acts } => {
-                        qx_0::run_avx2(vnni, tiles, nb, acts, groups, act_rows, sink)
+                        driver::run_avx2(vnni, tiles, nb, acts, groups, act_rows, sink)
                     }
                     Work::Q5_0 { tiles, acts } => {
-                        qx_0::run_avx2(vnni, tiles, nb, acts, groups, act_rows, sink)
+                        driver::run_avx2(vnni, tiles, nb, acts, groups, act_rows, sink)
                     }
                     Work::Q4K { tiles, acts } => {
-                        q4k::run_avx2(vnni, tiles, nb_k, acts, groups, act_rows, sink)
+                        driver::run_avx2(vnni, tiles, nb_k, acts, groups, act_rows, sink)
                     }
                     Work::Q6K { tiles, acts } => {
-                        q6k::run_avx2(vnni, tiles, nb_k, acts, groups, act_rows, sink)
+                        driver::run_avx2(vnni, tiles, nb_k, acts, groups, act_rows, sink)
                     }
                     Work::Blocks { w, acts } => blocked::run(true, w, acts, groups, act_rows, sink),
                     Work::F32 { w, x } => {

@@ -75,6 +75,8 @@ mod blocked;
 mod blocks;
 mod blocks_avx2;
 mod dense;
+#[cfg(target_arch = "x86_64")]
+mod driver;
 mod dtype;
 mod error;
 mod job;

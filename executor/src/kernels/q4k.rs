@@ -29,6 +29,8 @@ use half::f16;
 use super::Sink;
 use super::blocks::{QK_K, scale_min_k4};
 #[cfg(target_arch = "x86_64")]
+use super::driver::TileFormat;
+#[cfg(target_arch = "x86_64")]
 use super::pair::{join16, join32, split};
 use super::q8k::Q8KBlock;
 
@@ -183,86 +185,52 @@ pub(crate) fn run_scalar(
     }
 }
 
-/// AVX2 kernel over a rectangle of tile groups × activation rows, in runs of up to
-/// three activation rows sharing each unpacked weight chunk (six with `vnni`: the CPU
-/// has AVX-512 F, VL, BW and VNNI, checked by the caller: the products use `vpdpbusd`,
-/// two tile groups at a time on 512-bit vectors).
-///
-/// # Safety
-/// The CPU must support avx2, fma and f16c, and avx512f, avx512vl, avx512bw and
-/// avx512vnni when `vnni` is set.
+/// The 256- and 512-bit bodies for [`super::driver`]: runs of up to three activation rows
+/// sharing each unpacked weight chunk (six with VNNI: AVX-512 F, VL, BW and VNNI, where
+/// the products use `vpdpbusd`, two tile groups at a time on 512-bit vectors).
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn run_avx2(
-    vnni: bool,
-    tiles: &[Q4Kx8],
-    nb: usize,
-    acts: &[Q8KBlock],
-    groups: Range<usize>,
-    rows: Range<usize>,
-    sink: &mut Sink<'_>,
-) {
-    if vnni {
-        // SAFETY: the caller checked avx512f, avx512vl, avx512bw and avx512vnni.
-        unsafe { run_vnni(tiles, nb, acts, groups, rows, sink) };
-    } else {
-        run_body::<false>(tiles, nb, acts, groups, rows, sink);
-    }
-}
+impl TileFormat for Q4Kx8 {
+    type Act = Q8KBlock;
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-fn run_vnni(
-    tiles: &[Q4Kx8],
-    nb: usize,
-    acts: &[Q8KBlock],
-    groups: Range<usize>,
-    rows: Range<usize>,
-    sink: &mut Sink<'_>,
-) {
-    run_body::<true>(tiles, nb, acts, groups, rows, sink);
-}
-
-/// The loop of [`run_avx2`], inlined into a caller compiled with the features it uses.
-/// With `VNNI` (AVX-512 F, VL, BW and VNNI) two tile groups at a time go through
-/// [`tile_pair`] on 512-bit vectors; a last odd group takes the 256-bit [`tile`].
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn run_body<const VNNI: bool>(
-    tiles: &[Q4Kx8],
-    nb: usize,
-    acts: &[Q8KBlock],
-    groups: Range<usize>,
-    rows: Range<usize>,
-    sink: &mut Sink<'_>,
-) {
-    let row = |i: usize| &acts[i * nb..(i + 1) * nb];
-    let mut g = groups.start;
-    while g < groups.end {
-        if VNNI && g + 1 < groups.end {
-            let lo = &tiles[g * nb..(g + 1) * nb];
-            let hi = &tiles[(g + 1) * nb..(g + 2) * nb];
-            let mut pair_sink = |_: usize, i: usize, out: &[f32; 2 * GROUP]| split(sink, g, i, out);
-            tile_runs!(rows, g, row, pair_sink, |a| {
-                6 => tile_pair::<6>(lo, hi, a),
-                3 => tile_pair::<3>(lo, hi, a),
-                2 => tile_pair::<2>(lo, hi, a),
-                1 => tile_pair::<1>(lo, hi, a),
-            });
-            g += 2;
-            continue;
-        }
+    #[inline(always)]
+    fn group<const VNNI: bool>(
+        gt: &[Self],
+        acts: &[Q8KBlock],
+        nb: usize,
+        g: usize,
+        rows: Range<usize>,
+        sink: &mut Sink<'_>,
+    ) {
+        let row = |i: usize| &acts[i * nb..(i + 1) * nb];
         // The tail runs take the AVX2 products even on the VNNI path: for one or two
         // rows the scale multiply (`vpmulld`) costs more than VNNI saves (the integers,
         // so the bits, are the same either way).
-        let gt = &tiles[g * nb..(g + 1) * nb];
         tile_runs!(rows, g, row, sink, |a| {
             6 if VNNI => tile::<6, VNNI>(gt, a),
             3 => tile::<3, VNNI>(gt, a),
             2 => tile::<2, false>(gt, a),
             1 => tile::<1, false>(gt, a),
         });
-        g += 1;
+    }
+
+    #[inline(always)]
+    fn group_pair(
+        lo: &[Self],
+        hi: &[Self],
+        acts: &[Q8KBlock],
+        nb: usize,
+        g: usize,
+        rows: Range<usize>,
+        sink: &mut Sink<'_>,
+    ) {
+        let row = |i: usize| &acts[i * nb..(i + 1) * nb];
+        let mut pair_sink = |_: usize, i: usize, out: &[f32; 2 * GROUP]| split(sink, g, i, out);
+        tile_runs!(rows, g, row, pair_sink, |a| {
+            6 => tile_pair::<6>(lo, hi, a),
+            3 => tile_pair::<3>(lo, hi, a),
+            2 => tile_pair::<2>(lo, hi, a),
+            1 => tile_pair::<1>(lo, hi, a),
+        });
     }
 }
 
@@ -283,7 +251,7 @@ fn tile_pair<const R: usize>(
         let q = &a.qs[4 * k..4 * k + 4];
         i32::from_le_bytes([q[0] as u8, q[1] as u8, q[2] as u8, q[3] as u8])
     };
-    // SAFETY (every intrinsic below): this function is only inlined into `run_vnni`,
+    // SAFETY (every intrinsic below): this function is only inlined into `driver::run_vnni`,
     // compiled with avx2, fma, f16c and avx512f, vl, bw and vnni; each load reads the 16
     // or 32 bytes of one array of a tile.
     unsafe {
@@ -375,8 +343,8 @@ fn tile<const R: usize, const VNNI: bool>(
         i32::from_le_bytes([q[0] as u8, q[1] as u8, q[2] as u8, q[3] as u8])
     };
     // SAFETY (every intrinsic below): this function is only inlined into callers compiled
-    // with avx2, fma and f16c, and, when `VNNI`, avx512vl and avx512vnni (`run_avx2`,
-    // `run_vnni`); each load reads the 16 or 32 bytes of one array of the tile.
+    // with avx2, fma and f16c, and, when `VNNI`, avx512vl and avx512vnni (`driver::run_avx2`,
+    // `driver::run_vnni`); each load reads the 16 or 32 bytes of one array of the tile.
     unsafe {
         let m4 = _mm256_set1_epi8(0x0f);
         let low16 = _mm256_set1_epi32(0xffff);

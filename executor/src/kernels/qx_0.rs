@@ -40,6 +40,8 @@ use half::f16;
 use super::Sink;
 use super::blocks::{BlockType, Unpacked32, unpack32};
 #[cfg(target_arch = "x86_64")]
+use super::driver::TileFormat;
+#[cfg(target_arch = "x86_64")]
 use super::pair::{join16, join32, split};
 use super::quant::{Q8Block, QK};
 
@@ -212,78 +214,23 @@ pub(crate) fn run_scalar<const QH: usize>(
     }
 }
 
-/// AVX2 kernel over a rectangle of tile groups × activation rows, in runs of up to six
-/// activation rows sharing each unpacked weight chunk. With `vnni` (the CPU has AVX-512
-/// F, VL and VNNI, checked by the caller) the products use `vpdpbusd`.
-///
-/// # Safety
-/// The CPU must support avx2, fma and f16c, and avx512f, avx512vl, avx512bw and avx512vnni when
-/// `vnni` is set.
+/// The 256- and 512-bit bodies for [`super::driver`], which runs them in runs of up to
+/// six activation rows sharing each unpacked weight chunk; with VNNI (AVX-512 F, VL, BW
+/// and VNNI) the products use `vpdpbusd`, two tile groups at a time on 512-bit vectors.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn run_avx2<const QH: usize>(
-    vnni: bool,
-    tiles: &[Qx0x8<QH>],
-    nb: usize,
-    acts: &[Q8Block],
-    groups: Range<usize>,
-    rows: Range<usize>,
-    sink: &mut Sink<'_>,
-) {
-    if vnni {
-        // SAFETY: the caller checked avx512f, avx512vl, avx512bw and avx512vnni.
-        unsafe { run_vnni(tiles, nb, acts, groups, rows, sink) };
-    } else {
-        run_body::<QH, false>(tiles, nb, acts, groups, rows, sink);
-    }
-}
+impl<const QH: usize> TileFormat for Qx0x8<QH> {
+    type Act = Q8Block;
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-fn run_vnni<const QH: usize>(
-    tiles: &[Qx0x8<QH>],
-    nb: usize,
-    acts: &[Q8Block],
-    groups: Range<usize>,
-    rows: Range<usize>,
-    sink: &mut Sink<'_>,
-) {
-    run_body::<QH, true>(tiles, nb, acts, groups, rows, sink);
-}
-
-/// The loop of [`run_avx2`], inlined into a caller compiled with the features it uses.
-/// With `VNNI` (AVX-512 F, VL, BW and VNNI) two tile groups at a time go through
-/// [`tile_pair`] on 512-bit vectors; a last odd group takes the 256-bit [`tile`].
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn run_body<const QH: usize, const VNNI: bool>(
-    tiles: &[Qx0x8<QH>],
-    nb: usize,
-    acts: &[Q8Block],
-    groups: Range<usize>,
-    rows: Range<usize>,
-    sink: &mut Sink<'_>,
-) {
-    let row = |i: usize| &acts[i * nb..(i + 1) * nb];
-    let mut g = groups.start;
-    while g < groups.end {
-        if VNNI && g + 1 < groups.end {
-            let lo = &tiles[g * nb..(g + 1) * nb];
-            let hi = &tiles[(g + 1) * nb..(g + 2) * nb];
-            // Registers per activation row: two 32-bit sums and the accumulator, for
-            // 16 weight rows each.
-            let mut pair_sink = |_: usize, i: usize, out: &[f32; 2 * GROUP]| split(sink, g, i, out);
-            tile_runs!(rows, g, row, pair_sink, |a| {
-                6 => tile_pair::<QH, 6>(lo, hi, a),
-                4 => tile_pair::<QH, 4>(lo, hi, a),
-                3 => tile_pair::<QH, 3>(lo, hi, a),
-                2 => tile_pair::<QH, 2>(lo, hi, a),
-                1 => tile_pair::<QH, 1>(lo, hi, a),
-            });
-            g += 2;
-            continue;
-        }
-        let gt = &tiles[g * nb..(g + 1) * nb];
+    #[inline(always)]
+    fn group<const VNNI: bool>(
+        gt: &[Self],
+        acts: &[Q8Block],
+        nb: usize,
+        g: usize,
+        rows: Range<usize>,
+        sink: &mut Sink<'_>,
+    ) {
+        let row = |i: usize| &acts[i * nb..(i + 1) * nb];
         // Registers per activation row: three for Q5_0 on AVX2 (a 16-bit and a 32-bit
         // sum, the accumulator), two for Q4_0 on AVX2, three with VNNI (two 32-bit
         // sums, the accumulator) out of 32: runs of 6 except for Q5_0 on AVX2 (4).
@@ -294,7 +241,29 @@ fn run_body<const QH: usize, const VNNI: bool>(
             2 => tile::<QH, 2, VNNI>(gt, a),
             1 => tile::<QH, 1, VNNI>(gt, a),
         });
-        g += 1;
+    }
+
+    #[inline(always)]
+    fn group_pair(
+        lo: &[Self],
+        hi: &[Self],
+        acts: &[Q8Block],
+        nb: usize,
+        g: usize,
+        rows: Range<usize>,
+        sink: &mut Sink<'_>,
+    ) {
+        let row = |i: usize| &acts[i * nb..(i + 1) * nb];
+        // Registers per activation row: two 32-bit sums and the accumulator, for
+        // 16 weight rows each.
+        let mut pair_sink = |_: usize, i: usize, out: &[f32; 2 * GROUP]| split(sink, g, i, out);
+        tile_runs!(rows, g, row, pair_sink, |a| {
+            6 => tile_pair::<QH, 6>(lo, hi, a),
+            4 => tile_pair::<QH, 4>(lo, hi, a),
+            3 => tile_pair::<QH, 3>(lo, hi, a),
+            2 => tile_pair::<QH, 2>(lo, hi, a),
+            1 => tile_pair::<QH, 1>(lo, hi, a),
+        });
     }
 }
 
@@ -311,7 +280,7 @@ fn tile_pair<const QH: usize, const R: usize>(
     use std::arch::x86_64::*;
     let acts = acts.map(|a| &a[..lo_tiles.len()]);
     let hi_tiles = &hi_tiles[..lo_tiles.len()];
-    // SAFETY (every intrinsic below): this function is only inlined into `run_vnni`,
+    // SAFETY (every intrinsic below): this function is only inlined into `driver::run_vnni`,
     // compiled with avx2, fma, f16c and avx512f, vl, bw and vnni; the loads read whole
     // arrays of the tiles (32 bytes of `qs` or `qh`, 16 bytes of `d`).
     unsafe {
@@ -378,8 +347,8 @@ fn tile<const QH: usize, const R: usize, const VNNI: bool>(
     use std::arch::x86_64::*;
     let acts = acts.map(|a| &a[..gt.len()]);
     // SAFETY (every intrinsic below): this function is only inlined into callers compiled
-    // with avx2, fma and f16c, and, when `VNNI`, avx512vl and avx512vnni (`run_avx2`,
-    // `run_vnni`).
+    // with avx2, fma and f16c, and, when `VNNI`, avx512vl and avx512vnni (`driver::run_avx2`,
+    // `driver::run_vnni`).
     unsafe {
         let m4 = _mm256_set1_epi8(0x0f);
         let bit4 = _mm256_set1_epi8(0x10);
