@@ -11,6 +11,7 @@
 #   scripts/bench-scenarios.sh flood chat-beside-batch  # by name or path
 #   STOKER_SCENARIO_SCALE=0.2 scripts/bench-scenarios.sh flood   # a quick run
 #   STOKER_SCENARIO_SERVER=distributed scripts/bench-scenarios.sh flood
+#   STOKER_SCENARIO_LOGS=/some/dir scripts/bench-scenarios.sh flood  # keep the servers' logs
 #
 # With STOKER_SCENARIO_SERVER=distributed each scenario runs against
 # distributed mode instead: a fresh tansu broker (scripts/fetch-broker.sh), a
@@ -68,7 +69,11 @@ stop_server() {
         DB=""
     fi
 }
-trap 'stop_server; rm -rf "$DATA"' EXIT
+LOGS="${STOKER_SCENARIO_LOGS:-}"
+keep_logs() {
+    if [ -n "$LOGS" ]; then mkdir -p "$LOGS" && cp "$DATA"/*.log "$LOGS"/ 2>/dev/null || true; fi
+}
+trap 'stop_server; keep_logs; rm -rf "$DATA"' EXIT
 if [ "$MODE" = distributed ]; then
     "$ROOT/scripts/fetch-broker.sh" >/dev/null
 fi

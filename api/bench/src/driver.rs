@@ -7,7 +7,8 @@
 //! the level's ordinal and their index alone, so the same seed offers the
 //! same prompts in the same order in every run, while each level of a sweep
 //! gets prompts of its own (replaying a level's prompts would turn the next
-//! level into a prefix-cache benchmark).
+//! level into a prefix-cache benchmark). A closed-loop client refused with
+//! `Retry-After` waits that long before its next request, as the SDKs do.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,8 +21,12 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::prompts::PromptSource;
+use super::scenario::retry::Paced;
 use super::spec::{Arrival, Workload};
 use super::target::{Outcome, Planned, Target};
+
+/// Where a closed loop with no duration stops pacing: never, in practice.
+const FAR: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// Live counters for the progress line.
 #[derive(Debug, Default)]
@@ -71,6 +76,11 @@ pub async fn run_level(
     let mut tasks = JoinSet::new();
     match &arrival {
         &Arrival::Closed { concurrency } => {
+            // Each client waits out a refusal's Retry-After as the SDKs do:
+            // a client refused in a millisecond would otherwise send its
+            // next request at once and measure how fast the server refuses.
+            let until = stop_at.unwrap_or(start + FAR);
+            let target: Arc<dyn Target> = Arc::new(Paced::new(target.clone(), until));
             let next = Arc::new(AtomicU64::new(0));
             for _ in 0..concurrency {
                 let (target, w, prompts, progress, outcomes, next) = (

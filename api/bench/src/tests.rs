@@ -142,6 +142,24 @@ async fn refusals_are_counted_by_code_and_miss_the_slo() {
     assert_eq!(s.completed, 90);
 }
 
+/// A closed-loop client refused with `Retry-After: 1` sends its next request
+/// a second later, as the SDKs do, not at once.
+#[tokio::test(start_paused = true)]
+async fn a_closed_loop_client_waits_out_retry_after() {
+    let outcomes = level(workload(Arrival::Closed { concurrency: 1 }, 20), true).await;
+    let by = |i: u64| outcomes.iter().find(|o| o.index == i).unwrap();
+    for refused in [5, 15] {
+        assert!(by(refused).failure.is_some());
+        let gap = by(refused + 1).start - by(refused).end;
+        assert!(
+            gap >= Duration::from_secs(1) && gap < Duration::from_millis(1_010),
+            "{gap:?}"
+        );
+    }
+    let served_gap = by(3).start - by(2).end;
+    assert!(served_gap < Duration::from_millis(10), "{served_gap:?}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn poisson_arrivals_mean_rate_within_five_percent_over_2000() {
     let w = workload(Arrival::Poisson { rate: 50.0 }, 2000);

@@ -297,17 +297,25 @@ impl Engine {
         let _ = self.tx.send(Command::Preempt(seq));
     }
 
-    /// Runs one short greedy generation end to end, then one calibration
-    /// prompt; readiness waits on both.
+    /// Runs one short greedy generation end to end, then calibration
+    /// prompts until two in a row agree; readiness waits on all of them.
     ///
     /// The first generation's steps paid for first touches of the weights and
-    /// its one-token prompt is all fixed cost, so they are forgotten. The
+    /// its one-token prompt is all fixed cost, so they are forgotten. A
     /// calibration prompt ([`CALIBRATION_TOKENS`]) is then prefilled on warm
     /// weights, and the prefill rate and step-cost model it measured are kept:
     /// a fresh server otherwise estimates its first burst from the cost
     /// model's prior, which a machine twice as slow as the prior's makes
     /// admit twice what it can start within the objective. Its step time is
     /// forgotten (a long prefill step is not a decode step).
+    ///
+    /// One sample is not enough: a prefill that met a busy moment of the
+    /// machine (548 prompt tokens a second where the next ones ran at three
+    /// times that) made a server refuse 81 of 96 requests at 16 clients. So
+    /// each sample replaces the one before, and the warm-up stops once two
+    /// in a row agree within [`CALIBRATION_AGREEMENT`] (at most one sample
+    /// per text of [`CALIBRATION_TEXTS`], each prose of its own so that none
+    /// is a prefix-cache hit).
     pub fn warm_up(&self) -> Result<(), EngineError> {
         let hello = self
             .tokenizer
@@ -315,9 +323,33 @@ impl Engine {
             .map_err(|e| EngineError::Internal(e.to_string()))?;
         self.generate_quietly(hello, 2)?;
         self.forget(Forget::Everything);
-        if let Some(prompt) = self.calibration_prompt()? {
+        let mut last: Option<f64> = None;
+        for text in CALIBRATION_TEXTS {
+            let Some(prompt) = self.calibration_prompt(text)? else {
+                break;
+            };
+            if last.is_some() {
+                self.forget(Forget::Everything);
+            }
             self.generate_quietly(prompt, 1)?;
+            // Publishes the sample's stats before they are read.
             self.forget(Forget::StepTime);
+            let rate = self.stats().prefill_tokens_per_second_ewma;
+            if let Some(prev) = last.filter(|&p| p > 0.0 && rate > 0.0) {
+                let ratio = rate.max(prev) / rate.min(prev);
+                if ratio <= CALIBRATION_AGREEMENT {
+                    tracing::debug!(rate, prev, "calibration settled");
+                    return Ok(());
+                }
+                tracing::info!(rate, prev, "calibration samples disagree; sampling again");
+            }
+            last = Some(rate);
+        }
+        if last.is_some() {
+            tracing::warn!(
+                rate = last,
+                "calibration did not settle; admission starts from the last sample"
+            );
         }
         Ok(())
     }
@@ -338,15 +370,15 @@ impl Engine {
         }
     }
 
-    /// Plain prose, [`CALIBRATION_TOKENS`] long or as long as the context
-    /// allows beside one output token; None when the context is too short to
-    /// measure anything.
-    fn calibration_prompt(&self) -> Result<Option<Vec<u32>>, EngineError> {
+    /// `text` repeated to [`CALIBRATION_TOKENS`] tokens, or as long as the
+    /// context allows beside one output token; None when the context is too
+    /// short to measure anything.
+    fn calibration_prompt(&self, text: &str) -> Result<Option<Vec<u32>>, EngineError> {
         let len = CALIBRATION_TOKENS.min(self.info.context_window.saturating_sub(2));
         if len < 16 {
             return Ok(None);
         }
-        let text = CALIBRATION_TEXT.repeat(len / 8 + 1);
+        let text = text.repeat(len / 8 + 1);
         let mut ids = self
             .tokenizer
             .encode(&text)
@@ -370,7 +402,18 @@ impl Engine {
 /// chunks it, and a fraction of a second on a slow CPU.
 pub const CALIBRATION_TOKENS: usize = 160;
 
-const CALIBRATION_TEXT: &str = "The river runs past the old mill and under the stone bridge. ";
+/// The calibration samples' prose, one text per sample: distinct from the
+/// first token on, so no sample reuses another's cached prefix.
+const CALIBRATION_TEXTS: [&str; 4] = [
+    "The river runs past the old mill and under the stone bridge. ",
+    "Every morning the baker opens her shop before the sun is up. ",
+    "A small boat drifts across the lake while the gulls call overhead. ",
+    "On the hill above town stands a lighthouse that no ship needs now. ",
+];
+
+/// How far apart two calibration samples' prefill rates may be (the faster
+/// over the slower) and still be taken as the machine's speed.
+const CALIBRATION_AGREEMENT: f64 = 1.25;
 
 /// What [`Command::ForgetSpeed`] drops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -28,11 +28,11 @@ use tokio::time::Instant;
 use super::batch::{BatchJobs, JobStatus};
 use super::file::Lane;
 use super::progress::{Counter, PhaseBar};
-use super::retry::{Paced, RetryOnce};
+use super::retry::RetryOnce;
 use super::spec::{Scenario, Tenant};
 use crate::driver::{Progress, plan, run_level};
 use crate::prompts::PromptSource;
-use crate::spec::{Arrival, Workload};
+use crate::spec::Workload;
 use crate::target::{Outcome, Target};
 
 /// What the harness sends through.
@@ -385,14 +385,7 @@ async fn online(
         None => target,
     };
     let arrival = w.arrival.clone();
-    // Closed-loop clients wait out a Retry-After before their next request.
-    let sent: Arc<dyn Target> = match arrival {
-        Arrival::Closed { .. } => Arc::new(Paced::new(
-            sent,
-            tokio::time::Instant::now() + duration.saturating_sub(delay),
-        )),
-        _ => sent,
-    };
+    // `run_level` paces closed-loop clients by Retry-After, up to the phase's end.
     let run = run_level(sent, Arc::new(w), prompts, arrival, phase as u32, progress).await;
     let (retried, accepted) = retry.map_or((0, 0), |r| r.counts());
     Some(TenantRun {
