@@ -20,8 +20,8 @@ use tokio::sync::{Mutex, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use super::paced::Paced;
 use super::prompts::PromptSource;
-use super::scenario::retry::Paced;
 use super::spec::{Arrival, Workload};
 use super::target::{Outcome, Planned, Target};
 

@@ -18,6 +18,7 @@
 
 pub mod broker;
 pub mod driver;
+pub mod paced;
 pub mod plot;
 pub mod profile;
 pub mod prompts;
