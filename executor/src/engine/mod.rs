@@ -310,8 +310,8 @@ impl Engine {
     /// forgotten (a long prefill step is not a decode step).
     ///
     /// One sample is not enough: a prefill that met a busy moment of the
-    /// machine (548 prompt tokens a second where the next ones ran at three
-    /// times that) made a server refuse 81 of 96 requests at 16 clients. So
+    /// machine (548 prompt tokens a second, where a quiet warm-up measured
+    /// about 860) made a server refuse 81 of 96 requests at 16 clients. So
     /// each sample replaces the one before, and the warm-up stops once two
     /// in a row agree within [`CALIBRATION_AGREEMENT`] (at most one sample
     /// per text of [`CALIBRATION_TEXTS`], each prose of its own so that none
